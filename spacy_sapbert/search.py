@@ -1,0 +1,199 @@
+"""Mention strings in, ranked concept candidates out: the KB, its vector index and the
+record of which encoder built it, kept together in one folder.
+
+The index is only meaningful with the encoder that produced its vectors, so the folder
+stores that encoder's fingerprint and refuses to be searched with any other.
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Union
+
+import numpy as np
+
+from .encoder import SapEncoder
+from .fileio import atomic_dir, atomic_open, read_json, write_json
+from .index import VectorIndex
+from .kb import ConceptKB
+from .normalize import normalize_name
+from .records import ConceptRecord
+
+FORMAT = "spacy-sapbert-linking-kb"
+VERSION = 1
+META_FILE = "meta.json"
+
+
+class EncoderMismatchError(ValueError):
+    """The encoder at hand is not the one the index was built with."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ranked concept for a mention: the best-matching of its names and that name's score.
+
+    ``ambiguous`` is True when the matched name belongs to several concepts, i.e. the
+    string alone cannot decide between them.
+    """
+
+    concept_id: str
+    name: str
+    score: float
+    ambiguous: bool
+
+    def to_tuple(self) -> tuple:
+        return (self.concept_id, self.name, self.score, self.ambiguous)
+
+
+class LinkingKB:
+    """A ``ConceptKB``, the ``VectorIndex`` over its names, and the encoder record."""
+
+    def __init__(self, kb: ConceptKB, index: VectorIndex, meta: Dict[str, object]):
+        if len(index) != kb.n_names:
+            raise ValueError(f"index has {len(index)} vectors but the KB has {kb.n_names} names")
+        self.kb = kb
+        self.index = index
+        self.meta = meta
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(
+        cls,
+        source: Union[ConceptKB, Iterable[ConceptRecord]],
+        encoder: SapEncoder,
+        index_kind: str = "auto",
+        batch_size: int = 256,
+        progress: bool = False,
+        work_dir: Optional[Union[str, Path]] = None,
+        chunk_size: int = 50_000,
+    ) -> "LinkingKB":
+        """Encode every KB name and index the vectors.
+
+        With ``work_dir``, encoded chunks are kept there so that an interrupted build resumes
+        where it stopped (only if the KB and the encoder are the same).
+        """
+        kb = source if isinstance(source, ConceptKB) else ConceptKB.from_records(source)
+        vectors = encode_resumable(encoder, kb.names, kb.fingerprint, batch_size, progress, work_dir, chunk_size)
+        index = VectorIndex.build(vectors, kind=index_kind)
+        meta = {
+            "format": FORMAT,
+            "version": VERSION,
+            "kb_fingerprint": kb.fingerprint,
+            "encoder": encoder.describe(),
+            "index": index.meta,
+            "stats": kb.stats(),
+        }
+        return cls(kb, index, meta)
+
+    # ------------------------------------------------------------------ checks
+    @property
+    def encoder_fingerprint(self) -> str:
+        return str(self.meta["encoder"]["fingerprint"])  # type: ignore[index]
+
+    def check_encoder(self, encoder: SapEncoder) -> None:
+        if encoder.fingerprint != self.encoder_fingerprint:
+            built = self.meta["encoder"]
+            raise EncoderMismatchError(
+                "This KB's index was built with a different encoder "
+                f"(fingerprint {self.encoder_fingerprint}, source {built.get('source')!r}, "  # type: ignore[union-attr]
+                f"pooling {built.get('pooling')}, max_length {built.get('max_length')}) than the one given "  # type: ignore[union-attr]
+                f"(fingerprint {encoder.fingerprint}, source {encoder.source!r}, pooling {encoder.settings.pooling}, "
+                f"max_length {encoder.settings.max_length}). Rebuild the KB with this encoder "
+                "(python -m spacy_sapbert build-kb) or load the encoder it was built with."
+            )
+
+    # ------------------------------------------------------------------ search
+    def search_names(self, vectors: np.ndarray, k: int) -> tuple:
+        """Raw nearest names: (scores, name rows), each (n, k)."""
+        return self.index.search(vectors, k)
+
+    def candidates(self, vectors: np.ndarray, top_k: int = 5, name_k: Optional[int] = None) -> List[List[Candidate]]:
+        """Concept candidates per query vector: best name score per concept, best first."""
+        name_k = name_k or max(4 * top_k, 20)
+        scores, rows = self.search_names(vectors, name_k)
+        out: List[List[Candidate]] = []
+        for srow, rrow in zip(scores, rows):
+            best: Dict[int, Candidate] = {}
+            for score, name_row in zip(srow.tolist(), rrow.tolist()):
+                if name_row < 0:
+                    continue
+                concepts = self.kb.concepts_of_name(name_row)
+                ambiguous = len(concepts) > 1
+                for c in concepts.tolist():
+                    if c not in best:  # results arrive best-first
+                        best[c] = Candidate(self.kb.concept_ids[c], self.kb.display_names[name_row], float(score), ambiguous)
+            ranked = sorted(best.values(), key=lambda cand: -cand.score)
+            out.append(ranked[:top_k])
+        return out
+
+    def link(self, encoder: SapEncoder, mentions: Sequence[str], top_k: int = 5, batch_size: int = 128) -> List[List[Candidate]]:
+        """Normalise, encode and search ``mentions`` (checks the encoder first)."""
+        self.check_encoder(encoder)
+        queries = [normalize_name(m, self.kb.lowercase) for m in mentions]
+        vectors = encoder.encode(queries, batch_size=batch_size)
+        return self.candidates(vectors, top_k=top_k)
+
+    # ------------------------------------------------------------------ disk
+    def to_disk(self, path: Union[str, Path]) -> None:
+        """Write the whole folder atomically: the old one stays until the new one is complete."""
+        with atomic_dir(path) as tmp:
+            self.kb.to_disk(tmp)
+            self.index.to_disk(tmp)
+            write_json(tmp / META_FILE, self.meta)
+
+    @classmethod
+    def from_disk(cls, path: Union[str, Path], mmap: bool = True) -> "LinkingKB":
+        path = Path(path)
+        if not (path / META_FILE).is_file():
+            raise FileNotFoundError(f"{path} is not a spacy-sapbert KB folder (no {META_FILE}); build one with 'build-kb'")
+        meta = read_json(path / META_FILE)
+        if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+            raise ValueError(f"{path}/{META_FILE}: unsupported format {meta.get('format')!r} v{meta.get('version')}")
+        kb = ConceptKB.from_disk(path, mmap=mmap)
+        if kb.fingerprint != meta["kb_fingerprint"]:
+            raise ValueError(f"{path}: the name table does not match the one the index was built from; rebuild the KB")
+        return cls(kb, VectorIndex.from_disk(path, mmap=mmap), meta)
+
+
+def encode_resumable(
+    encoder: SapEncoder,
+    names: Sequence[str],
+    kb_fingerprint: str,
+    batch_size: int = 256,
+    progress: bool = False,
+    work_dir: Optional[Union[str, Path]] = None,
+    chunk_size: int = 50_000,
+) -> np.ndarray:
+    """Encode ``names`` chunk by chunk; with ``work_dir``, finished chunks survive a crash."""
+    if work_dir is None:
+        return encoder.encode(list(names), batch_size=batch_size, progress=progress)
+    work = Path(work_dir)
+    state = {"kb": kb_fingerprint, "encoder": encoder.fingerprint, "chunk_size": chunk_size, "n": len(names)}
+    if (work / "state.json").is_file() and read_json(work / "state.json") != state:
+        shutil.rmtree(work)  # left over from another KB or encoder: not reusable
+    work.mkdir(parents=True, exist_ok=True)
+    write_json(work / "state.json", state)
+    chunks = []
+    starts = range(0, len(names), chunk_size)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(names), desc="encoding names", unit="name")
+    for i, start in enumerate(starts):
+        f = work / f"chunk_{i:05d}.npy"
+        if f.is_file():
+            arr = np.load(f, allow_pickle=False)
+        else:
+            arr = encoder.encode(list(names[start : start + chunk_size]), batch_size=batch_size)
+            with atomic_open(f, "wb") as fh:
+                np.save(fh, arr, allow_pickle=False)
+        chunks.append(arr)
+        if bar is not None:
+            bar.update(len(arr))
+    if bar is not None:
+        bar.close()
+    if not chunks:
+        return np.zeros((0, encoder.dim), np.float32)
+    return np.concatenate(chunks)

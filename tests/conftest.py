@@ -1,0 +1,57 @@
+"""Shared fixtures: a tiny random BERT with a WordPiece vocab made on the fly, and small KBs.
+
+Nothing here downloads; torch runs on one thread (two crawl when the CPU is shared).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+TINY_WORDS = (
+    "diabetes mellitus type 1 2 insulin dependent heart attack myocardial infarction "
+    "cardiac arrest hypertension high blood pressure asthma bronchial cancer tumor neoplasm "
+    "breast colon lung kidney renal failure disease syndrome deficiency anemia iron "
+    "headache migraine pain fever seizure epilepsy"
+).split()
+
+
+def make_tiny_bert(folder: Path, words: Iterable[str] = TINY_WORDS, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
+    """Write a randomly initialised BERT and a WordPiece vocab covering ``words`` to ``folder``."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    chars = sorted({c for w in words for c in w.lower()} | set("abcdefghijklmnopqrstuvwxyz0123456789-,.()'/"))
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab += sorted({w.lower() for w in words})
+    vocab += [c for c in chars if c not in vocab] + [f"##{c}" for c in chars]
+    (folder / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n", encoding="utf8")
+    tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    tok.save_pretrained(str(folder))
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=len(dict.fromkeys(vocab)),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=hidden * 2,
+        max_position_embeddings=64,
+    )
+    BertModel(config).save_pretrained(str(folder), safe_serialization=True)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_path(tmp_path_factory) -> Path:
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny_bert") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tiny_bert_path):
+    from spacy_sapbert.encoder import SapEncoder
+
+    return SapEncoder.load(tiny_bert_path, device="cpu")
