@@ -4,7 +4,9 @@ Thin wrappers over the modules; each command's logic lives where its job lives.
 """
 from __future__ import annotations
 
+import inspect
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -48,19 +50,21 @@ def build_kb(
     """Read an ontology, encode every name and write KB + index (resumable after a crash)."""
     from .encoder import SapEncoder
     from .kb import ConceptKB
-    from .ontologies import read_concepts
+    from .ontologies import reader_for
     from .search import LinkingKB
 
     fmt = _guess_format(source) if fmt == "auto" else fmt
+    reader = reader_for(fmt)
+    options: Dict[str, Any] = {"lenient": lenient}
+    if "on_duplicate" in inspect.signature(reader).parameters:
+        options["on_duplicate"] = on_duplicate  # the reader can name the line of a repeated id
     t0 = time.perf_counter()
-    kb = ConceptKB.from_records(read_concepts(source, fmt, lenient=lenient), on_duplicate=on_duplicate)
+    kb = ConceptKB.from_records(reader(source, **options), on_duplicate=on_duplicate)
     typer.echo(f"read {source} ({fmt}): {kb.stats()} in {time.perf_counter() - t0:.1f}s", err=True)
     enc = SapEncoder.load(encoder, precision=precision)
     work = output.with_name(output.name + ".partial")
     linking_kb = LinkingKB.build(kb, enc, index_kind=index, batch_size=batch_size, progress=True, work_dir=work)
     linking_kb.to_disk(output)
-    import shutil
-
     shutil.rmtree(work, ignore_errors=True)
     typer.echo(f"wrote {output} in {time.perf_counter() - t0:.1f}s", err=True)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -185,3 +186,20 @@ def test_real_encoder_links_unseen_synonyms(tmp_path):
     linker = nlp.add_pipe("sapbert_linker", config={"kb": str(tmp_path / "kb")})
     got = [c[0].concept_id for c in linker.link_strings(["convulsions", "head ache", "pyrexial", "asthmatic bronchitis"])]
     assert got == ["HP:1", "HP:2", "HP:3", "HP:6"]
+
+
+@pytest.mark.slow
+def test_spacy_package_of_a_linker_pipeline_installs_and_loads(kb_path, tiny_bert_path, tmp_path):
+    nlp = make_nlp(kb_path, tiny_bert_path)
+    nlp.meta.update({"name": "sapbert_test", "version": "0.0.1"})
+    nlp.to_disk(tmp_path / "pipeline")
+    (tmp_path / "out").mkdir()
+    run = [sys.executable, "-m"]
+    subprocess.run(run + ["spacy", "package", str(tmp_path / "pipeline"), str(tmp_path / "out")], check=True, capture_output=True)
+    (sdist,) = (tmp_path / "out").glob("*/dist/*.tar.gz")
+    site = tmp_path / "site"
+    pip = ["pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site), str(sdist)]
+    subprocess.run(run + pip, check=True, capture_output=True)
+    code = "import spacy, json; nlp = spacy.load('en_sapbert_test'); print(json.dumps([e._.cui for e in nlp('Fits, pyrexia').ents]))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(site)})
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["HP:3"]
