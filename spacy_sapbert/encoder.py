@@ -92,6 +92,7 @@ class SapEncoder:
         self.precision = precision
         self.source = source
         self.model = model.to(self.device)
+        self.pad_to_max_length = False  # only to measure what dynamic padding saves
         self._fingerprint: Optional[str] = None
         self._inference_model: Optional[torch.nn.Module] = None
 
@@ -177,7 +178,7 @@ class SapEncoder:
         """Dynamic padding: pad to the longest name in the batch, cut at ``max_length``."""
         return self.tokenizer(
             list(texts),
-            padding=True,
+            padding="max_length" if self.pad_to_max_length else True,
             truncation=True,
             max_length=self.settings.max_length,
             return_tensors="pt",

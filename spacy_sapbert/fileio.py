@@ -12,6 +12,12 @@ from typing import IO, Any, Iterator, Union
 PathLike = Union[str, os.PathLike]
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_open(path: PathLike, mode: str = "w", encoding: str | None = "utf8") -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path``; rename it over ``path`` only on success."""
@@ -24,6 +30,7 @@ def atomic_open(path: PathLike, mode: str = "w", encoding: str | None = "utf8") 
             yield f
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -52,6 +59,7 @@ def atomic_dir(path: PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
     except BaseException:
