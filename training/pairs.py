@@ -172,13 +172,21 @@ _COMPOSITE = re.compile(r"[|+]")
 
 
 def read_mentions(path: Path, fmt: str = "concept") -> Iterator[Tuple[str, Tuple[str, ...]]]:
-    """Task mentions with gold ids: ``concept`` (``pmid||start|end||type||mention||ID``, BioSyn's files)
-    or ``tsv`` (``mention<TAB>ID``); composite ids split on ``|``/``+``, ``-1`` means not linkable.
-    Bare MeSH/OMIM ids get their ``MESH:``/``OMIM:`` prefix like the MEDIC reader's."""
+    """Task mentions with gold ids: ``concept`` (``pmid||start|end||type||mention||ID``, BioSyn's files),
+    ``pubtator`` (NCBI-disease / CDR corpus files) or ``tsv`` (``mention<TAB>ID``); composite ids split
+    on ``|``/``+``, ``-1`` means not linkable. Bare MeSH/OMIM ids get their ``MESH:``/``OMIM:`` prefix
+    like the MEDIC reader's."""
     from spacy_sapbert.ontologies.medic import prefixed_id
 
+    if fmt == "pubtator":
+        from spacy_sapbert.evaluation.datasets import read_pubtator
+
+        for doc in read_pubtator(path):
+            for m in doc.mentions:
+                yield m.text, m.ids
+        return
     if fmt not in ("concept", "tsv"):
-        raise ValueError(f"mention format must be 'concept' or 'tsv', got {fmt!r}")
+        raise ValueError(f"mention format must be 'concept', 'pubtator' or 'tsv', got {fmt!r}")
     with open(path, encoding="utf8") as f:
         for lineno, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
@@ -225,7 +233,7 @@ def finetune_command(
     mentions: Path = typer.Argument(..., exists=True, help="Training mentions (.concept or mention<TAB>ID)"),
     dictionary: Path = typer.Argument(..., exists=True, help="The task's concept dictionary"),
     output: Path = typer.Argument(..., help="Pair file to write"),
-    mentions_format: str = typer.Option("concept", help="concept or tsv"),
+    mentions_format: str = typer.Option("concept", help="concept, pubtator or tsv"),
     dictionary_format: str = typer.Option("medic", help="Any read_concepts format"),
     stats_path: Optional[Path] = typer.Option(None, "--stats", help="Statistics JSON (default: OUTPUT.stats.json)"),
 ) -> None:
