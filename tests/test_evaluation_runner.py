@@ -1,0 +1,162 @@
+"""The harness end to end on a hand-made miniature of NCBI-disease whose scores are known."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+
+from spacy_sapbert.evaluation.report import END_MARKER, START_MARKER, render_table, replace_between_markers, update_readme
+from spacy_sapbert.evaluation.runner import evaluate, evaluate_command
+
+MEDIC = """D001943||Breast Neoplasms|Breast Cancer
+D010051||Ovarian Neoplasms|Ovarian Cancer
+D009103||Multiple Sclerosis|MS
+D008946||Mitral Valve Stenosis|MS
+114500|D015179||Colorectal Neoplasms|Colorectal Cancer
+"""
+
+
+def pubtator_doc(pmid: str, title: str, abstract: str, mentions: List[Tuple[str, str]]) -> str:
+    """A PubTator block; each (mention, ids) is located at its first occurrence after the previous one."""
+    text = f"{title} {abstract}"
+    lines, at = [f"{pmid}|t|{title}", f"{pmid}|a|{abstract}"], 0
+    for mention, ids in mentions:
+        start = text.index(mention, at)
+        at = start + len(mention)
+        lines.append(f"{pmid}\t{start}\t{at}\t{mention}\tSpecificDisease\t{ids}")
+    return "\n".join(lines) + "\n\n"
+
+
+@pytest.fixture(scope="module")
+def mini_ncbi(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("benchmarks")
+    (root / "medic").mkdir()
+    (root / "medic" / "medic_06Jul2012.txt").write_text(MEDIC, encoding="utf8")
+    (root / "medic" / "ncbi-spell-check.txt").write_text("tumour||cancer\n", encoding="utf8")
+    corpus = root / "ncbi-disease"
+    corpus.mkdir()
+    test = pubtator_doc(
+        "1",
+        "Breast cancer, MS and colorectal tumour.",
+        "Breast and ovarian cancer; xyzzy disease.",
+        [
+            ("Breast cancer", "D001943"),  # exact hit
+            ("MS", "D009103"),  # ambiguous name: lenient hit, strict miss
+            ("colorectal tumour", "D015179"),  # spell list + alternative id of OMIM 114500
+            ("Breast and ovarian cancer", "D001943|D010051"),  # composite, split in two
+            ("xyzzy disease", "D001943"),  # only in the training mentions
+        ],
+    )
+    train = pubtator_doc("2", "xyzzy disease.", "MS again.", [("xyzzy disease", "D001943"), ("MS", "D009103")])
+    dev = pubtator_doc("3", "Ovarian cancer.", "Nothing else.", [("Ovarian cancer", "D010051")])
+    for name, content in (("test", test), ("train", train), ("develop", dev)):
+        (corpus / f"NCBI{name}set_corpus.txt").write_text(content, encoding="utf8")
+    return root
+
+
+def test_exact_match_scores_on_both_dictionaries(mini_ncbi, tmp_path):
+    onto = evaluate("ncbi-disease", dictionary="ontology", system="exact", data_dir=mini_ncbi, cache_dir=tmp_path)
+    assert onto["n_queries"] == 5 and onto["searched_strings"] == 6
+    assert (onto["lenient_acc@1"], onto["strict_acc@1"], onto["ambiguous_top1_share"]) == (80.0, 60.0, 20.0)
+    assert onto["preprocessing"]["composites_split"] == 1
+    assert onto["preprocessing"]["spelling_corrected"] == 1
+    assert onto["dictionary_size"] == 9 and onto["dictionary_concepts"] == 5
+
+    paper = evaluate("ncbi-disease", dictionary="paper", system="exact", data_dir=mini_ncbi, cache_dir=tmp_path)
+    assert (paper["lenient_acc@1"], paper["strict_acc@1"]) == (100.0, 80.0)
+    assert paper["dictionary_size"] == 10  # + "xyzzy disease"; "ms" and "ovarian cancer" were there
+    seen = paper["breakdown"]
+    assert seen["string_seen"]["n_queries"] == 2 and seen["string_unseen"]["n_queries"] == 3
+    assert seen["concept_seen"]["n_queries"] == 4 and seen["concept_unseen"]["lenient_acc@1"] == 100.0
+
+
+def test_tfidf_finds_near_spellings(mini_ncbi, tmp_path):
+    result = evaluate("ncbi-disease", dictionary="ontology", system="tfidf", data_dir=mini_ncbi, cache_dir=tmp_path)
+    assert result["lenient_acc@5"] >= result["lenient_acc@1"] >= 80.0
+
+
+def test_encoder_run_caches_dictionary_vectors(mini_ncbi, tmp_path, tiny_bert_path, capsys):
+    out = tmp_path / "result.json"
+    kwargs = dict(data_dir=mini_ncbi, cache_dir=tmp_path / "cache")
+    first = evaluate("ncbi-disease", tiny_bert_path, "ontology", "encoder", **kwargs)
+    second = evaluate("ncbi-disease", tiny_bert_path, "ontology", "encoder", **kwargs)
+    assert not first["dictionary_cache_hit"] and second["dictionary_cache_hit"]
+    for key in ("lenient_acc@1", "lenient_acc@5", "strict_acc@1", "strict_acc@5"):
+        assert first[key] == second[key]
+        assert 0.0 <= first[key] <= 100.0
+    assert first["encoder"]["fingerprint"] and first["mentions_per_s"] > 0 and first["peak_rss_mb"] > 0
+    assert len(list((tmp_path / "cache").glob("*.npy"))) == 1
+
+
+def test_evaluate_command_prints_and_writes_json(mini_ncbi, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "assets" / "benchmarks").symlink_to(mini_ncbi)
+    result = evaluate_command("ncbi-disease", None, "paper", "out/result.json", 64, "fp32", system="exact")
+    written = json.loads((tmp_path / "out" / "result.json").read_text(encoding="utf8"))
+    assert written["lenient_acc@1"] == result["lenient_acc@1"] == 100.0
+    assert json.loads(capsys.readouterr().out)["n_queries"] == 5
+
+
+def test_unknown_names_are_clear_errors(mini_ncbi):
+    with pytest.raises(ValueError, match="unknown benchmark"):
+        evaluate("ncbi", system="exact", data_dir=mini_ncbi)
+    with pytest.raises(ValueError, match="dictionary must be one of"):
+        evaluate("ncbi-disease", dictionary="umls", system="exact", data_dir=mini_ncbi)
+    with pytest.raises(FileNotFoundError, match="assets/benchmarks.md"):
+        evaluate("bc5cdr-disease", system="exact", data_dir=mini_ncbi)
+
+
+def test_readme_table_only_replaces_text_between_markers(tmp_path):
+    results = [
+        {"dataset": "ncbi-disease", "dictionary": "paper", "system": "exact", "label": "exact match", "n_queries": 5,
+         "lenient_acc@1": 100.0, "lenient_acc@5": 100.0, "strict_acc@1": 80.0, "strict_acc@5": 80.0,
+         "ambiguous_top1_share": 20.0, "mentions_per_s": 10.0, "peak_rss_mb": 1.0, "dictionary_label": "MEDIC"},
+    ]
+    table = render_table(results, {"cpu": "Test CPU", "nproc": 2})
+    assert "| ncbi-disease | paper | exact match | 5 | 100.0 | 100.0 | 80.0 | 80.0 |" in table
+    assert "| ncbi-disease | paper | *SapBERT paper (cited)* | 960 | 92.3 | 95.6 |" in table
+    assert "Test CPU (2 cores" in table
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nintro\n{START_MARKER}\nold table\n{END_MARKER}\n\nrest\n", encoding="utf8")
+    update_readme(readme, table)
+    text = readme.read_text(encoding="utf8")
+    assert text.startswith("# Title\n\nintro\n" + START_MARKER + "\n") and text.endswith(END_MARKER + "\n\nrest\n")
+    assert "old table" not in text and "exact match" in text
+    update_readme(readme, table)
+    assert readme.read_text(encoding="utf8") == text  # idempotent
+    with pytest.raises(ValueError, match="needs the markers"):
+        replace_between_markers("no markers here", table)
+
+
+def test_scispacy_candidates_map_back_to_name_rows(tmp_path):
+    """The scispacy bridge, with a stand-in interpreter that answers like the worker would."""
+    from spacy_sapbert.evaluation.baselines import ScispacyRanker
+    from spacy_sapbert.kb import ConceptKB
+    from spacy_sapbert.records import ConceptRecord
+
+    kb = ConceptKB.from_records(
+        [ConceptRecord("A", "multiple sclerosis", ["ms"]), ConceptRecord("B", "mitral stenosis", ["ms"])]
+    )
+    answer = {
+        "candidates": [[
+            {"concept_id": "A", "aliases": ["multiple sclerosis", "ms"], "similarities": [0.5, 0.9]},
+            {"concept_id": "B", "aliases": ["mitral stenosis", "ms"], "similarities": [0.7, 0.9]},
+        ], []],
+        "index_seconds": 1.0,
+        "query_seconds": 0.5,
+    }
+    fake = tmp_path / "fake-python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'grep -q "\\"mentions\\": \\[\\"ms\\", \\"xyz\\"\\]" "$2" || exit 3\n'
+        f"cat > \"$3\" <<'JSON'\n{json.dumps(answer)}\nJSON\n",
+        encoding="utf8",
+    )
+    fake.chmod(0o755)
+    ranker = ScispacyRanker(kb, fake)
+    rows = ranker.rank(["ms", "xyz"], 5)
+    assert rows == [[kb.row_of_name("ms")], []]  # both concepts' best alias is the one row "ms"
+    assert ranker.info["query_seconds"] == 0.5

@@ -1,0 +1,462 @@
+"""The self-alignment training loop (SapBERT, Liu et al. 2021).
+
+Each step encodes both names of a batch of synonym pairs, labels them with their concept,
+mines hard triplets on the L2-normalised embeddings and applies a metric-learning loss.
+Settings come from a config file (``training/configs/*.cfg``); the result is saved with
+``SapEncoder.save`` so the linker loads it unchanged.
+"""
+from __future__ import annotations
+
+import math
+import random
+import resource
+import shutil
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Union
+
+import numpy as np
+import torch
+from confection import Config
+
+from spacy_sapbert.encoder import SapEncoder, select_device
+from spacy_sapbert.fileio import write_json
+
+from . import checkpoint as ckpt
+from .data import PairSet, cut_into_batches, plan_from_arrays, plan_to_arrays, read_pair_file, shard
+from .distributed import (
+    any_rank,
+    barrier,
+    broadcast_array,
+    init_distributed,
+    shutdown_distributed,
+    wrap_loss_and_miner,
+    wrap_model,
+)
+from .losses import compute_loss, registry
+from .runlog import MetricsLog
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+SCHEDULES = ("constant", "linear")
+
+
+@dataclass
+class TrainSettings:
+    """The ``[training]`` block, minus the loss and the miner."""
+
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+    schedule: str = "constant"
+    precision: str = "auto"
+    grad_clip: float = 0.0
+    freeze_embeddings: bool = False
+    freeze_layers: int = 0
+    max_minutes: float = 0.0
+    log_every: int = 10
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 2
+    snapshot_every_minutes: float = 0.0
+
+    def validate(self) -> "TrainSettings":
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"training.precision must be one of {PRECISIONS}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"training.schedule must be one of {SCHEDULES}")
+        return self
+
+
+@dataclass
+class DataSettings:
+    """The ``[data]`` block."""
+
+    pairs: str
+    batcher: Any
+    batch_size: int = 256
+    epochs: int = 1
+    max_steps: int = 0
+    lowercase: bool = True
+
+
+@dataclass
+class RunPaths:
+    output: Path
+
+    @property
+    def model(self) -> Path:
+        return self.output / "model"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.output / "checkpoints"
+
+    @property
+    def snapshots(self) -> Path:
+        return self.output / "snapshots"
+
+    @property
+    def log(self) -> Path:
+        return self.output / "metrics.jsonl"
+
+
+# ---------------------------------------------------------------- small parts
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``auto`` is the authors' ``--amp`` (fp16 autocast with loss scaling) on CUDA, fp32 on the CPU."""
+    if precision == "auto":
+        return "fp16" if device.type == "cuda" else "fp32"
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError("fp16 autocast needs CUDA; use bf16 on the CPU")
+    return precision
+
+
+def autocast_context(precision: str, device: torch.device):
+    if precision == "fp32":
+        return nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def freeze_lower_layers(model: torch.nn.Module, n_layers: int, embeddings: bool) -> int:
+    """Freeze the embeddings and/or the lowest ``n_layers`` transformer layers (cheaper steps).
+
+    Returns the number of parameters left trainable.
+    """
+    if embeddings or n_layers > 0:
+        if not hasattr(model, "embeddings"):
+            raise ValueError("freezing needs a BERT-style model with an .embeddings module")
+        for p in model.embeddings.parameters():
+            p.requires_grad_(False)
+    if n_layers > 0:
+        layers = getattr(getattr(model, "encoder", None), "layer", None)
+        if layers is None:
+            raise ValueError("freeze_layers needs a BERT-style model with .encoder.layer")
+        for layer in list(layers)[:n_layers]:
+            for p in layer.parameters():
+                p.requires_grad_(False)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def freeze_unused_pooler(model: torch.nn.Module) -> None:
+    """BERT's pooler head never reaches the loss (we pool ``last_hidden_state``); frozen, it
+    gets no optimizer state and DDP does not wait for its gradients."""
+    pooler = getattr(model, "pooler", None)
+    if isinstance(pooler, torch.nn.Module):
+        for p in pooler.parameters():
+            p.requires_grad_(False)
+
+
+def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """Linear warm-up, then constant (the authors' setting, with warm-up 0) or linear decay."""
+
+    def factor(step: int) -> float:
+        if warmup_steps and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "linear":
+            return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+        return 1.0
+
+    return factor
+
+
+def steps_per_epoch(n_pairs: int, batch_size: int, min_batch: int) -> int:
+    return len(cut_into_batches(np.arange(n_pairs), batch_size, min_batch))
+
+
+def peak_memory_mb(device: torch.device) -> Dict[str, float]:
+    """Peak resident memory of this process (and peak CUDA memory when on a GPU)."""
+    out = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if device.type == "cuda":
+        out["peak_cuda_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return out
+
+
+# ---------------------------------------------------------------- the loop
+class Trainer:
+    """One training run: owns the encoder, optimizer, schedule, data plan and outputs."""
+
+    def __init__(self, config: Union[Config, Dict[str, Any]], *, resume: bool = False, progress: bool = True):
+        self.config = Config(config)
+        resolved = registry.resolve(self.config)
+        system = resolved["system"]
+        torch.set_num_threads(int(system.get("threads", 1)))
+        self.info, device = init_distributed(system.get("device", "auto"))
+        self.seed = int(system["seed"])
+        seed_everything(self.seed + self.info.rank)
+        training = dict(resolved["training"])
+        self.loss_fn, self.miner = wrap_loss_and_miner(training.pop("loss"), training.pop("miner"), self.info)
+        self.settings = TrainSettings(**training).validate()
+        self.data = DataSettings(**resolved["data"])
+        self.paths = RunPaths(Path(resolved["paths"]["output"]))
+        self.progress = progress and self.info.is_main
+        self.resume = resume
+
+        enc = resolved["encoder"]
+        self.device = select_device(device)
+        self.precision = resolve_precision(self.settings.precision, self.device)
+        self.encoder = SapEncoder.load(
+            enc["path"], pooling=enc["pooling"], max_length=enc["max_length"], device=str(self.device),
+            precision="bf16" if self.precision == "bf16" else "fp32",  # inference inside training (batch plans)
+        )
+        self.pairs: PairSet = read_pair_file(self.data.pairs, lowercase=self.data.lowercase)
+
+        model = self.encoder.model
+        freeze_unused_pooler(model)
+        self.trainable = freeze_lower_layers(model, self.settings.freeze_layers, self.settings.freeze_embeddings)
+        self.model = wrap_model(model, self.info, self.device)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=self.settings.lr, weight_decay=self.settings.weight_decay
+        )
+        self.min_batch = self.info.world_size
+        per_epoch = steps_per_epoch(len(self.pairs), self.data.batch_size, self.min_batch)
+        self.total_steps = per_epoch * self.data.epochs
+        if self.data.max_steps > 0:
+            self.total_steps = min(self.total_steps, self.data.max_steps) if self.data.epochs > 0 else self.data.max_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda(self.settings.schedule, self.settings.warmup_steps, self.total_steps)
+        )
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
+
+        self.step = 0
+        self.epoch = 0
+        self.position = 0
+        self.plan = None
+        self.elapsed = 0.0
+        self.pairs_seen = 0
+
+    # -------------------------------------------------------------- data
+    def make_plan(self, epoch: int):
+        """This epoch's batches, built on rank 0 and shared, so every rank agrees."""
+        plan = None
+        if self.info.is_main:
+            plan = self.data.batcher.plan(
+                self.pairs, epoch, self.seed, self.data.batch_size, self.min_batch, encoder=self.encoder
+            )
+            self.encoder.model.train()  # encoding for the plan switched it to eval
+        if not self.info.enabled:
+            return plan
+        flat, offsets = plan_to_arrays(plan) if plan is not None else (None, None)
+        return plan_from_arrays(broadcast_array(flat, self.info), broadcast_array(offsets, self.info))
+
+    # -------------------------------------------------------------- state
+    def state(self) -> Dict[str, Any]:
+        sched = {k: v for k, v in self.scheduler.state_dict().items() if k != "lr_lambdas"}
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "position": self.position,
+            "elapsed_s": self.elapsed,
+            "pairs_seen": self.pairs_seen,
+            "total_steps": self.total_steps,
+            "world_size": self.info.world_size,
+            "scheduler": sched,
+            "grad_scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
+        }
+
+    def save_checkpoint(self) -> None:
+        root = self.paths.checkpoints
+        staging = ckpt.staging_dir(root, self.step)
+        if self.info.is_main:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+        barrier(self.info)
+        ckpt.write_rank_rng(staging, self.info.rank)
+        barrier(self.info)
+        if self.info.is_main:
+            ckpt.write_checkpoint(
+                staging, model=self.encoder.model, optimizer=self.optimizer, plan_arrays=plan_to_arrays(self.plan), state=self.state()
+            )
+            ckpt.publish(staging, root, self.step, self.settings.keep_checkpoints)
+        barrier(self.info)
+
+    def restore(self) -> bool:
+        found = ckpt.latest_checkpoint(self.paths.checkpoints)
+        if found is None:
+            return False
+        state = ckpt.load_checkpoint(found, model=self.encoder.model, optimizer=self.optimizer, rank=self.info.rank)
+        if state["world_size"] != self.info.world_size:
+            raise ValueError(f"{found} was written by {state['world_size']} processes; resume with as many")
+        self.scheduler.load_state_dict({**state["scheduler"], "lr_lambdas": [None]})
+        if state["grad_scaler"] and self.scaler.is_enabled():
+            self.scaler.load_state_dict(state["grad_scaler"])
+        self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
+        self.elapsed, self.pairs_seen = state["elapsed_s"], state["pairs_seen"]
+        self.plan = plan_from_arrays(*state["plan_arrays"])
+        return True
+
+    # -------------------------------------------------------------- one step
+    def train_step(self, batch: np.ndarray) -> Dict[str, float]:
+        local = shard(batch, self.info.rank, self.info.world_size)
+        names, labels = self.pairs.batch(local)
+        tokens = self.encoder.tokenize(names)
+        with autocast_context(self.precision, self.device):
+            embeddings = self.encoder.forward(tokens, model=self.model)
+        # mining and the loss in float32, outside autocast: similarities near the margin matter
+        loss, n_mined = compute_loss(self.loss_fn, self.miner, embeddings.float(), labels.to(self.device))
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if self.settings.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        # the distributed loss wrapper scales by the world size to undo DDP's gradient averaging
+        return {"loss": float(loss.detach()) / self.info.world_size, "mined": n_mined, "pairs": len(batch)}
+
+    # -------------------------------------------------------------- the run
+    def prepare_output(self) -> int:
+        """Start fresh, or continue from the latest checkpoint; returns the step resumed from."""
+        resumed = self.restore() if self.resume else False
+        if not resumed and ckpt.list_checkpoints(self.paths.checkpoints):
+            raise FileExistsError(
+                f"{self.paths.checkpoints} holds checkpoints of an earlier run: pass --resume to continue it, "
+                "or choose another output folder"
+            )
+        if self.info.is_main:
+            self.paths.output.mkdir(parents=True, exist_ok=True)
+            self.config.to_disk(self.paths.output / "config.cfg")
+        return self.step if resumed else 0
+
+    def run(self) -> Dict[str, Any]:
+        resumed_from = self.prepare_output()
+        log = MetricsLog(self.paths.log, resume_step=resumed_from) if self.info.is_main else None
+        if log and not resumed_from:
+            log.write({"event": "start", "step": 0, "total_steps": self.total_steps, "pairs": len(self.pairs),
+                       "concepts": len(self.pairs.concepts), "trainable_params": self.trainable,
+                       "precision": self.precision, "device": str(self.device), "world_size": self.info.world_size,
+                       "threads": torch.get_num_threads()})
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=self.total_steps, initial=self.step, desc="self-alignment", unit="step", dynamic_ncols=True)
+        self.model.train()
+        window = {"loss": 0.0, "pairs": 0, "steps": 0, "mined": 0, "t0": time.perf_counter()}
+        next_snapshot = self._next_snapshot_after(self.elapsed)
+        t_last = time.perf_counter()
+        stopped_early = False
+        try:
+            while self.step < self.total_steps:
+                if self.plan is None or self.position >= len(self.plan):
+                    if self.plan is not None:
+                        self.epoch += 1
+                        self.position = 0
+                    self.plan = self.make_plan(self.epoch)
+                out = self.train_step(self.plan[self.position])
+                self.position += 1
+                self.step += 1
+                self.pairs_seen += out["pairs"]
+                now = time.perf_counter()
+                self.elapsed += now - t_last
+                t_last = now
+                for key in ("loss", "pairs", "mined"):
+                    window[key] += out[key]
+                window["steps"] += 1
+                if bar is not None:
+                    rate = window["pairs"] / max(1e-9, now - window["t0"])
+                    bar.set_postfix(loss=f"{out['loss']:.4f}", pairs_s=f"{rate:.1f}", refresh=False)
+                    bar.update(1)
+                if self.settings.log_every and self.step % self.settings.log_every == 0 or self.step == self.total_steps:
+                    if log:
+                        log.write(self._window_record(window, now))
+                    window = {"loss": 0.0, "pairs": 0, "steps": 0, "mined": 0, "t0": now}
+                if self.settings.checkpoint_every and self.step % self.settings.checkpoint_every == 0:
+                    self.save_checkpoint()
+                if next_snapshot is not None and self.elapsed >= next_snapshot:
+                    self._snapshot(log)
+                    next_snapshot = self._next_snapshot_after(self.elapsed)
+                t_last = time.perf_counter()  # checkpoint and snapshot writes are not training time
+                budget_out = self.settings.max_minutes > 0 and self.elapsed >= self.settings.max_minutes * 60
+                if any_rank(budget_out, self.info) and self.step < self.total_steps:
+                    stopped_early = True
+                    break
+        finally:
+            if bar is not None:
+                bar.close()
+        return self._finish(log, stopped_early)
+
+    def _next_snapshot_after(self, elapsed: float) -> Optional[float]:
+        every = self.settings.snapshot_every_minutes * 60
+        return (math.floor(elapsed / every) + 1) * every if every > 0 else None
+
+    def _window_record(self, window: Dict[str, Any], now: float) -> Dict[str, Any]:
+        steps = max(1, window["steps"])
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "loss": window["loss"] / steps,
+            "mined_per_step": window["mined"] / steps,
+            "pairs_per_s": window["pairs"] / max(1e-9, now - window["t0"]),
+            "lr": self.scheduler.get_last_lr()[0],
+            "elapsed_s": round(self.elapsed, 3),
+            "pairs_seen": self.pairs_seen,
+        }
+
+    def _snapshot(self, log: Optional[MetricsLog]) -> None:
+        """An encoder folder at this point, for accuracy-versus-training-time curves."""
+        if self.info.is_main:
+            self.encoder.invalidate()
+            path = self.paths.snapshots / f"step-{self.step:08d}"
+            self.encoder.save(path)
+            if log:
+                log.write({"event": "snapshot", "step": self.step, "elapsed_s": round(self.elapsed, 3), "path": str(path)})
+            self.encoder.model.train()
+        barrier(self.info)
+
+    def _finish(self, log: Optional[MetricsLog], stopped_early: bool) -> Dict[str, Any]:
+        self.encoder.invalidate()
+        summary = {
+            "steps": self.step,
+            "total_steps": self.total_steps,
+            "stopped_early": stopped_early,
+            "epochs_started": self.epoch + 1,
+            "pairs_seen": self.pairs_seen,
+            "train_seconds": round(self.elapsed, 2),
+            "pairs_per_s": self.pairs_seen / max(1e-9, self.elapsed),
+            "device": str(self.device),
+            "precision": self.precision,
+            "world_size": self.info.world_size,
+            "threads": torch.get_num_threads(),
+            "trainable_params": self.trainable,
+            "encoder_fingerprint": self.encoder.fingerprint,
+            **peak_memory_mb(self.device),
+        }
+        if self.settings.snapshot_every_minutes > 0:
+            self._snapshot(log)
+        if self.info.is_main:
+            self.encoder.save(self.paths.model)
+            write_json(self.paths.output / "summary.json", summary)
+            if log:
+                log.write({"event": "end", **summary})
+                log.close()
+            from .plot import plot_loss
+
+            plot_loss(self.paths.log, self.paths.output / "loss.png")
+        barrier(self.info)
+        return summary
+
+
+def train(config: Union[Config, Dict[str, Any]], *, resume: bool = False, progress: bool = True) -> Dict[str, Any]:
+    """Run one training job from a config; returns the summary (also in ``summary.json``)."""
+    try:
+        return Trainer(config, resume=resume, progress=progress).run()
+    finally:
+        shutdown_distributed()
+
+
+def train_from_file(config: Union[str, Path], override_args: list, *, resume: bool = False, progress: bool = True) -> Dict[str, Any]:
+    """What the command-line entry points do: read a config, apply ``--section.key value``
+    overrides, train."""
+    from .config import load_config, parse_overrides
+
+    return train(load_config(config, parse_overrides(override_args)), resume=resume, progress=progress)
