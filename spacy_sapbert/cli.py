@@ -212,3 +212,19 @@ def demo(
         f"wrote {output_dir / 'demo.html'}",
         err=True,
     )
+
+
+@app.command("evaluate")
+def evaluate(
+    dataset: str = typer.Option(..., help="ncbi-disease, bc5cdr-disease or bc5cdr-chemical"),
+    encoder: Optional[str] = typer.Option(None, help="Encoder folder (default: offline MiniLM)"),
+    dictionary: str = typer.Option("paper", help="paper (ontology + train/dev mentions) or ontology"),
+    system: str = typer.Option("encoder", help="encoder, exact or tfidf"),
+    output: Optional[Path] = typer.Option(None, help="Also write the JSON here"),
+    batch_size: int = typer.Option(128),
+    precision: str = typer.Option("fp32", help="fp32, bf16 or int8"),
+) -> None:
+    """Lenient and strict Acc@1/@5 of one system on one benchmark, as JSON."""
+    from .evaluation.runner import evaluate_command
+
+    evaluate_command(dataset, encoder, dictionary, output, batch_size, precision, system)

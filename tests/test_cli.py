@@ -81,3 +81,15 @@ def test_readme_test_command_is_what_ci_runs():
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith(("#", "set ", "cd "))]
     assert commands[1] == ci[-1]
     assert "python -m spacy_sapbert demo" in commands[0]
+
+
+def test_evaluate_command_writes_the_documented_fields(tmp_path):
+    out = tmp_path / "ncbi.json"
+    args = ["evaluate", "--dataset", "ncbi-disease", "--system", "exact", "--dictionary", "ontology", "--output", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    fields = ("n_queries", "dictionary_size", "lenient_acc@1", "lenient_acc@5", "strict_acc@1", "strict_acc@5")
+    assert all(k in data for k in fields + ("ambiguous_top1_share", "mentions_per_s"))
+    assert data["n_queries"] == 960
+    assert data["strict_acc@1"] <= data["lenient_acc@1"] <= data["lenient_acc@5"]
