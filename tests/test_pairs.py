@@ -160,3 +160,12 @@ def test_cli_pretrain_and_finetune(tmp_path):
     assert result.exit_code == 0, result.output
     assert out2.read_text().splitlines() == ["HP:0001250||fits||seizure", "HP:0001250||fits||epileptic seizure", "HP:0001250||fits||seizures"]
     assert json.loads((tmp_path / "s.json").read_text())["mentions"] == 1
+
+
+def test_finetuning_mentions_from_a_pubtator_corpus():
+    from training.pairs import read_mentions
+
+    path = Path(__file__).parents[1] / "assets" / "benchmarks" / "ncbi-disease" / "NCBItestset_corpus.txt"
+    mentions = list(read_mentions(path, "pubtator"))
+    assert len(mentions) == 960
+    assert all(ids and all(i.startswith(("MESH:", "OMIM:")) for i in ids) for _, ids in mentions)

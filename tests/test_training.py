@@ -132,7 +132,7 @@ def test_faithful_config_holds_the_authors_settings():
     assert resolved["training"]["loss"].alpha == 2 and resolved["training"]["loss"].beta == 50
 
 
-@pytest.mark.parametrize("name", ["cpu", "finetune"])
+@pytest.mark.parametrize("name", ["cpu", "finetune", "finetune-cpu"])
 def test_other_bundled_configs_resolve(name):
     resolved = registry.resolve(load_config(name))
     assert resolved["training"]["loss"] is not None

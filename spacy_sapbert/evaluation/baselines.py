@@ -1,4 +1,5 @@
-"""Name rankers for the evaluation harness: exact match, character 3-gram TF-IDF, and a dense encoder.
+"""Name rankers for the evaluation harness: exact match, character 3-gram TF-IDF, a dense encoder,
+and scispacy's candidate generator (run in its own environment).
 
 Each ranker sees the same dictionary names (the KB's normalised name rows) and returns, per
 query string, name rows best first, so every system is scored by the same metric code.
@@ -185,7 +186,7 @@ class ScispacyRanker:
             worker = Path(__file__).with_name("scispacy_worker.py")
             subprocess.run([self.python, str(worker), str(request), str(reply)], check=True)
             answer = json.loads(reply.read_text(encoding="utf8"))
-        self.info = {k: v for k, v in answer.items() if k != "candidates"}
+        self.info = {key: value for key, value in answer.items() if key != "candidates"}
         self.info["worker_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
         out: List[List[int]] = []
         for candidates in answer["candidates"]:
