@@ -9,7 +9,7 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Tuple, Union
 
 import faiss
 import numpy as np
@@ -141,8 +141,3 @@ class VectorIndex:
             faiss.extract_index_ivf(index).nprobe = int(meta.get("nprobe", 32))  # type: ignore[arg-type]
         return cls(index, meta)
 
-
-def set_search_threads(n: Optional[int]) -> None:
-    """FAISS' OpenMP threads (it otherwise takes every core, even under a test runner)."""
-    if n:
-        faiss.omp_set_num_threads(int(n))
