@@ -4,23 +4,12 @@
 """
 from __future__ import annotations
 
-import statistics
-import time
-
 import faiss
 import numpy as np
 import torch
+from speed import median_time  # benchmarks/ is the script's folder, so its sibling imports
 
 from spacy_sapbert.index import VectorIndex
-
-
-def median_seconds(fn, repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main(n: int = 75_000, dim: int = 384, n_queries: int = 256, k: int = 20) -> None:
@@ -31,8 +20,8 @@ def main(n: int = 75_000, dim: int = 384, n_queries: int = 256, k: int = 20) -> 
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     queries = vectors[:n_queries] + 0.05 * rng.normal(size=(n_queries, dim)).astype(np.float32)
     index = VectorIndex.build(vectors, kind="flat")
-    ours = median_seconds(lambda: index.search(queries, k))
-    theirs = median_seconds(lambda: index.index.search(queries, k))
+    ours = median_time(lambda: index.search(queries, k), 3)
+    theirs = median_time(lambda: index.index.search(queries, k), 3)
     same = (index.search(queries, k)[1] == index.index.search(queries, k)[1]).mean()
     print(f"{n_queries} queries, {n} x {dim}, k={k}, 1 thread: faiss {theirs:.3f} s, torch {ours:.3f} s, same rows {same:.4f}")
 

@@ -76,11 +76,13 @@ def hpo_records() -> Iterator[ConceptRecord]:
     return (r for r in read_obo(hpo_obo_path()) if r.id in keep)
 
 
-def default_kb_path(encoder: Union[str, os.PathLike, None] = None, progress: bool = True) -> Path:
-    """The HPO KB folder for ``encoder`` (default MiniLM), built now if not yet cached."""
+def default_kb_path(encoder: Union[SapEncoder, str, os.PathLike, None] = None, progress: bool = True) -> Path:
+    """The HPO KB folder for ``encoder`` (default MiniLM), built now if not yet cached.
+
+    Pass a loaded ``SapEncoder`` to avoid loading the weights a second time."""
     from .search import LinkingKB
 
-    enc = SapEncoder.load(resolve_encoder_path(encoder))
+    enc = encoder if isinstance(encoder, SapEncoder) else SapEncoder.load(resolve_encoder_path(encoder))
     path = cache_dir() / f"hpo-{hpo_release()}-phenotypes-{enc.fingerprint[:12]}"
     if not (path / "meta.json").is_file():
         linking_kb = LinkingKB.build(hpo_records(), enc, progress=progress, work_dir=path.with_name(path.name + ".partial"))

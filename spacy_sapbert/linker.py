@@ -177,13 +177,17 @@ class SapBertLinker:
         if kb_path is None:
             from .defaults import default_kb_path
 
-            kb_path = str(default_kb_path(encoder_path))
+            enc = self._load_encoder(encoder_path)
+            self.set_kb(LinkingKB.from_disk(default_kb_path(enc)), enc)
+            return
         linking_kb = LinkingKB.from_disk(kb_path)
         if encoder_path is None:
             built_with = str(linking_kb.meta["encoder"].get("source", ""))  # type: ignore[union-attr]
             encoder_path = built_with if built_with and (Path(built_with) / "config.json").is_file() else None
-        enc = SapEncoder.load(resolve_encoder_path(encoder_path), device=self.device, precision=self.precision)
-        self.set_kb(linking_kb, enc)
+        self.set_kb(linking_kb, self._load_encoder(encoder_path))
+
+    def _load_encoder(self, path: Optional[str]) -> SapEncoder:
+        return SapEncoder.load(resolve_encoder_path(path), device=self.device, precision=self.precision)
 
     def set_kb(self, linking_kb: LinkingKB, encoder: SapEncoder) -> None:
         """Attach an in-memory KB and encoder (refused if the KB was built with another encoder)."""
@@ -308,6 +312,5 @@ class SapBertLinker:
         self.labels = set(cfg["labels"])
         self.spans_key = cfg["spans_key"]
         self.link_ents = cfg["link_ents"]
-        enc = SapEncoder.load(path / "encoder", device=self.device, precision=self.precision)
-        self.set_kb(LinkingKB.from_disk(path / "kb"), enc)
+        self.set_kb(LinkingKB.from_disk(path / "kb"), self._load_encoder(str(path / "encoder")))
         return self
