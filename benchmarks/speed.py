@@ -1,23 +1,28 @@
 """Linking speed and memory on this machine: the figures the README quotes.
 
     python benchmarks/speed.py --quick        # < 5 minutes once the MEDIC KB is cached
+    python benchmarks/speed.py --umls-names 7500000   # adds the UMLS-scale part (benchmarks/umls_scale.py)
 
-Measures, with the default encoder (offline MiniLM) and the MEDIC 2012 KB:
-* ``names_per_s``: dictionary encoding, per precision (fp32 / bf16 / int8);
+Measures, with the default encoder (offline MiniLM, default precision) and the MEDIC 2012 KB:
+* ``names_per_s``: dictionary encoding with the default precision, and per precision (fp32 / bf16 / int8);
 * for each precision, lenient Acc@1 of raw NCBI-disease test mentions against MEDIC (a speed-side
   sanity check, not the paper's protocol: see ``benchmarks/evaluate_all.py``) and top-5 overlap with fp32;
 * ``mentions_per_s``: ``nlp.pipe`` over the NCBI-disease test abstracts with gold spans;
 * ``distinct_mentions_per_s``: ``nlp.pipe`` over distinct mention strings (no cache help);
 * the untuned path side by side (fp32, padding to max_length, no cache);
-* ``peak_rss_mb``.
-Every figure is the median over ``--repeats`` runs. Writes ``benchmarks/results/speed.json``.
+* ``peak_rss_mb``;
+* without ``--quick``: ``umls_scale`` (names, load_s, rss_mb, recall_at_5, per index kind).
+Every figure is the median over ``--repeats`` runs. Writes ``benchmarks/results/speed.json`` and
+the README's ``SPEED`` block.
 """
 from __future__ import annotations
 
 import json
-import platform
+import os
 import resource
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence
@@ -28,12 +33,14 @@ import torch
 import typer
 from spacy.tokens import Doc, Span
 
-from spacy_sapbert.encoder import SapEncoder
+from spacy_sapbert.encoder import SapEncoder, resolve_precision
 from spacy_sapbert.evaluation.datasets import dictionary_records, load_split
-from spacy_sapbert.fileio import write_json
+from spacy_sapbert.evaluation.report import machine_description, update_readme
+from spacy_sapbert.fileio import read_json, write_json
 from spacy_sapbert.linker import SapBertLinker
 from spacy_sapbert.normalize import normalize_name
 from spacy_sapbert.search import LinkingKB
+from umls_scale import KINDS, measure  # benchmarks/umls_scale.py, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -48,12 +55,40 @@ def median_time(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def medic_kb(encoder: SapEncoder, cache: Path) -> LinkingKB:
-    """The MEDIC KB for this encoder, built once and cached (building is not what we time here)."""
+def medic_kb_path(encoder: SapEncoder, cache: Path) -> Path:
+    """The MEDIC KB folder for this encoder, built once and cached (building is not what we time here)."""
     path = cache / f"kb-medic-{encoder.fingerprint[:12]}"
     if not (path / "meta.json").is_file():
         LinkingKB.build(dictionary_records("ncbi-disease"), encoder, progress=True, work_dir=cache / "kb-medic.partial").to_disk(path)
-    return LinkingKB.from_disk(path)
+    return path
+
+
+# Run in a fresh interpreter: what a user waits for between ``spacy.load`` and a linked span.
+LOAD_PROBE = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+import spacy
+from spacy.tokens import Span
+nlp = spacy.load(sys.argv[1])
+loaded = time.perf_counter() - t0
+doc = nlp.make_doc("Familial adenomatous polyposis")
+doc.ents = [Span(doc, 0, len(doc), label="Disease")]
+doc = nlp.get_pipe("sapbert_linker")(doc)
+print(json.dumps({"load_s": round(loaded, 2), "first_link_s": round(time.perf_counter() - t0 - loaded, 3),
+                  "cui": doc.ents[0].kb_id_, "rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+"""
+
+
+def pipeline_load(kb_path: Path, folder: Path, threads: int) -> Dict[str, object]:
+    """Save a blank pipeline with the linker over ``kb_path`` once, then time ``spacy.load`` of it."""
+    if not (folder / "config.cfg").is_file():
+        nlp = spacy.blank("en")
+        nlp.add_pipe("sapbert_linker", config={"kb": str(kb_path)})
+        nlp.initialize()
+        nlp.to_disk(folder)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    out = subprocess.run([sys.executable, "-c", LOAD_PROBE, str(folder)], check=True, capture_output=True, text=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def gold_docs(nlp, documents) -> List[Doc]:
@@ -87,8 +122,66 @@ def pipe_rate(linker: SapBertLinker, docs: List[Doc], repeats: int, batch_size: 
     return n / median_time(run, repeats)
 
 
+def _n(x: object) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:,.1f}" if isinstance(x, float) else str(x)
+
+
+def render_speed(r: Dict[str, object], output: Path) -> str:
+    """The README's SPEED block: every number from ``r`` (this run's JSON)."""
+    m = r["machine"]
+    untuned = r["untuned"]
+    lines = [
+        f"Generated by `{r['command']}` (JSON: `{output.relative_to(ROOT).as_posix()}`) on {m['cpu']}, "
+        f"{m['nproc']} cores visible, torch/FAISS on {m['threads']} thread(s), median of {r['repeats']} runs. "
+        f"KB: {r['kb']['name']}, {_n(r['kb']['names'])} names, `{r['kb']['index']}` index; default precision "
+        f"here: `{r['default_precision']}`.",
+        "",
+        "| `nlp.pipe`, gold spans | default path | untuned (fp32, max-length padding, no cache) |",
+        "|---|--:|--:|",
+        f"| NCBI-disease test abstracts ({_n(r['n_mentions'])} mentions), mentions/s | {_n(r['mentions_per_s'])} | {_n(untuned['mentions_per_s'])} |",
+        f"| distinct mention strings ({_n(r['n_distinct_mentions'])}), mentions/s | {_n(r['distinct_mentions_per_s'])} | {_n(untuned['distinct_mentions_per_s'])} |",
+        "",
+        "| precision | names/s (dictionary encoding) | NCBI test raw Acc@1 | top-5 overlap with fp32 |",
+        "|---|--:|--:|--:|",
+    ]
+    for name, p in r["precision"].items():  # type: ignore[union-attr]
+        lines.append(f"| {name} | {_n(p['names_per_s'])} | {p['ncbi_test_raw_acc@1']:.2f} | {p['top5_overlap_with_fp32']:.4f} |")
+    load = r["pipeline_load"]
+    lines += [
+        "",
+        f"Peak RSS of the benchmark process: {_n(r['peak_rss_mb'])} MB. A saved pipeline with this KB "
+        f"(`spacy.load` in a fresh process, imports included): loaded in {load['load_s']:.2f} s, first span "
+        f"linked {load['first_link_s']:.3f} s later, peak RSS {_n(load['rss_mb'])} MB.",
+    ]
+    u = r.get("umls_scale")
+    if isinstance(u, dict):
+        lines += [
+            "",
+            f"UMLS-scale part (`benchmarks/umls_scale.py`): {_n(u['names'])} names, {_n(u['concepts'])} concepts, "
+            f"real MiniLM vectors ({u['encoder']['precision']}); recall@5 against exact search over "
+            f"{_n(u['test_queries'])} real test mentions; load and memory measured in a fresh process each.",
+            "",
+            "| index | build s | file MB | load s | RSS MB after load + search | ms/query | recall@5 | nprobe |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|",
+        ]
+        for kind, k in u["kinds"].items():
+            lines.append(
+                f"| {kind} | {_n(k['build_s'])} | {_n(k['file_mb'])} | {k['load_s']:.3f} | {_n(k['rss_mb'])} | "
+                f"{k['query_ms']:.2f} | {k['recall_at_5']:.4f} | {k.get('nprobe', '–')} |"
+            )
+        if "load_s" in u:
+            lines += [
+                "",
+                f"Automatic choice at this size: `{u['auto_kind']}`; the whole KB folder (names, concepts, index) "
+                f"loads in {u['load_s']:.3f} s, {_n(u['rss_mb'])} MB resident after searching, recall@5 {u['recall_at_5']:.4f}.",
+            ]
+    return "\n".join(lines)
+
+
 def main(
     quick: bool = typer.Option(False, help="Only the linking figures (skip the UMLS-scale part)"),
+    umls_names: int = typer.Option(7_500_000, help="KB size of the UMLS-scale part"),
+    readme: Path = typer.Option(ROOT / "README.md", help="README whose SPEED block is rewritten"),
     repeats: int = typer.Option(3, help="Runs per figure; the median is reported"),
     threads: int = typer.Option(2, help="torch and FAISS threads"),
     n_names: int = typer.Option(3000, help="Dictionary names encoded for names_per_s"),
@@ -97,13 +190,16 @@ def main(
 ) -> None:
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)
+    command = "python benchmarks/speed.py " + " ".join(sys.argv[1:])
     results: Dict[str, object] = {
-        "command": "python benchmarks/speed.py" + (" --quick" if quick else ""),
-        "machine": {"cpu": platform.processor() or platform.machine(), "threads": threads, "torch": torch.__version__},
+        "command": command.strip(),
+        "machine": {**machine_description(), "threads": threads, "torch": torch.__version__},
         "repeats": repeats,
+        "default_precision": resolve_precision("auto", torch.device("cpu")),
     }
     encoder = SapEncoder.load(None, device="cpu")
-    lkb = medic_kb(encoder, cache)
+    kb_path = medic_kb_path(encoder, cache)
+    lkb = LinkingKB.from_disk(kb_path)
     results["kb"] = {"name": "MEDIC 06-Jul-2012", **lkb.kb.stats(), "index": lkb.index.meta["kind"]}
 
     # dictionary encoding speed and query-side accuracy per precision
@@ -130,7 +226,7 @@ def main(
         }
         typer.echo(f"{precision}: {by_precision[precision]}", err=True)
     results["precision"] = by_precision
-    results["names_per_s"] = by_precision["fp32"]["names_per_s"]
+    results["names_per_s"] = by_precision[str(results["default_precision"])]["names_per_s"]
 
     # linking through nlp.pipe
     nlp = spacy.blank("en")
@@ -146,17 +242,21 @@ def main(
 
     # the untuned path: fp32, pad to max_length, no cache
     untuned = SapBertLinker(nlp.vocab, cache_size=0)
-    slow_encoder = SapEncoder.load(None, device="cpu")
+    slow_encoder = SapEncoder.load(None, device="cpu", precision="fp32")
     slow_encoder.pad_to_max_length = True
     untuned.set_kb(lkb, slow_encoder)
     results["untuned"] = {
         "mentions_per_s": round(pipe_rate(untuned, docs, repeats), 1),
         "distinct_mentions_per_s": round(pipe_rate(untuned, distinct_docs, repeats), 1),
     }
-    if not quick:
-        results["umls_scale"] = "not implemented yet (issue 6)"
     results["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    results["pipeline_load"] = pipeline_load(kb_path, cache / f"pipeline-medic-{encoder.fingerprint[:12]}", threads)
+    if not quick:
+        results["umls_scale"] = measure(umls_names, cache / "umls-scale", KINDS, None, threads)
+    elif output.is_file() and "umls_scale" in read_json(output):
+        results["umls_scale"] = read_json(output)["umls_scale"]  # kept from the last full run
     write_json(output, results)
+    update_readme(readme, render_speed(results, output), block="SPEED")
     typer.echo(json.dumps(results, indent=2))
 
 

@@ -19,7 +19,7 @@ from .fileio import atomic_dir, write_json
 
 SETTINGS_FILE = "sapbert_encoder.json"
 POOLINGS = ("cls", "mean")
-PRECISIONS = ("fp32", "bf16", "int8")
+PRECISIONS = ("auto", "fp32", "bf16", "int8")
 DEFAULT_ENCODER = "minilm"  # resolved by ``resolve_encoder_path``
 ENV_DEFAULT_ENCODER = "SPACY_SAPBERT_ENCODER"
 
@@ -65,6 +65,35 @@ def resolve_encoder_path(path: Union[str, os.PathLike, None]) -> Path:
     return p
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bf16 natively (CUDA with bf16, or a CPU with AVX512-BF16/AMX).
+
+    Without it bf16 autocast is emulated and slower than fp32, so ``auto`` keeps fp32 there.
+    """
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # pragma: no cover - a torch build without oneDNN
+        return False
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``auto`` is bf16 where the hardware does it natively, else fp32.
+
+    Measured on the CPU here (``benchmarks/speed.py``): bf16 encodes several times faster than
+    fp32 with the same NCBI-disease Acc@1 and 0.9996 top-5 overlap; int8 dynamic quantisation
+    costs accuracy, so it is never chosen automatically.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    return precision
+
+
 def select_device(device: str = "auto") -> torch.device:
     """``auto`` takes CUDA when present, else the CPU."""
     if device == "auto":
@@ -81,15 +110,13 @@ class SapEncoder:
         tokenizer,
         settings: Optional[EncoderSettings] = None,
         device: str = "auto",
-        precision: str = "fp32",
+        precision: str = "auto",
         source: str = "",
     ):
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         self.settings = (settings or EncoderSettings()).validate()
         self.tokenizer = tokenizer
         self.device = select_device(device)
-        self.precision = precision
+        self.precision = resolve_precision(precision, self.device)
         self.source = source
         self.model = model.to(self.device)
         self.pad_to_max_length = False  # only to measure what dynamic padding saves
@@ -105,7 +132,7 @@ class SapEncoder:
         pooling: Optional[str] = None,
         max_length: Optional[int] = None,
         device: str = "auto",
-        precision: str = "fp32",
+        precision: str = "auto",
     ) -> "SapEncoder":
         """Load a local transformers folder; settings saved beside the weights win over defaults,
         explicit arguments win over both."""
@@ -225,7 +252,7 @@ class SapEncoder:
         model = self._model_for_inference()
         model.eval()
         order = sorted(range(n), key=lambda i: len(texts[i]))
-        autocast = self.precision == "bf16"
+        autocast = self.precision == "bf16"  # on CUDA as on the CPU
         batches: Iterable[int] = range(0, n, batch_size)
         if progress:
             from tqdm import tqdm

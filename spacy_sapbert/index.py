@@ -9,16 +9,56 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Dict, Tuple, Union
+from typing import Dict, Sequence, Tuple, Union
 
 import faiss
 import numpy as np
 
 from .fileio import read_json, write_json
 
-INDEX_KINDS = ("flat", "flat-fp16", "sq8", "hnsw", "ivf-sq8")
+INDEX_KINDS = ("flat", "flat-fp16", "sq8", "hnsw", "ivf-sq8", "ivf-fp16")
 INDEX_FILE = "index.faiss"
 INDEX_META = "index.json"
+
+
+TRAIN_SAMPLE = 200_000  # vectors used to train SQ8 ranges and IVF centroids
+
+
+def _training_sample(chunks: Sequence[np.ndarray], n: int, size: int, seed: int) -> np.ndarray:
+    """Up to ``size`` rows drawn uniformly from all chunks, without concatenating them."""
+    if n <= size:
+        return np.ascontiguousarray(np.concatenate(chunks), dtype=np.float32)
+    rows = np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
+    out, start = [], 0
+    for c in chunks:
+        mine = rows[(rows >= start) & (rows < start + len(c))] - start
+        out.append(np.asarray(c[mine], dtype=np.float32))
+        start += len(c)
+    return np.ascontiguousarray(np.concatenate(out))
+
+
+def spherical_kmeans(vectors: np.ndarray, k: int, iterations: int = 10, seed: int = 0) -> np.ndarray:
+    """Unit-length centroids of ``vectors`` by cosine k-means, with torch matrix products.
+
+    FAISS' own k-means trains the same IVF coarse quantizer, but through the faiss-cpu wheel's
+    BLAS, about 10x slower than torch on the CPUs measured (``benchmarks/flat_search.py``);
+    IVF training at millions of names would otherwise take most of an hour.
+    """
+    import torch
+
+    x = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32))
+    k = min(k, len(x))
+    gen = torch.Generator().manual_seed(seed)
+    centroids = x[torch.randperm(len(x), generator=gen)[:k]].clone()
+    block = max(1, int(5e7 // k))
+    for _ in range(iterations):
+        assign = torch.cat([torch.argmax(x[i : i + block] @ centroids.T, dim=1) for i in range(0, len(x), block)])
+        sums = torch.zeros_like(centroids).index_add_(0, assign, x)
+        counts = torch.bincount(assign, minlength=k)
+        empty = counts == 0  # re-seed empty clusters with random points
+        sums[empty] = x[torch.randint(len(x), (int(empty.sum()),), generator=gen)]
+        centroids = torch.nn.functional.normalize(sums, dim=1)
+    return centroids.numpy()
 
 
 def auto_index_kind(n_vectors: int) -> str:
@@ -35,9 +75,9 @@ def _factory_string(kind: str, dim: int, n: int) -> str:
         return "SQ8"
     if kind == "hnsw":
         return "HNSW32,SQ8"
-    if kind == "ivf-sq8":
+    if kind in ("ivf-sq8", "ivf-fp16"):
         nlist = max(1, min(65536, int(4 * np.sqrt(max(n, 1)))))
-        return f"IVF{nlist},SQ8"
+        return f"IVF{nlist},{'SQ8' if kind == 'ivf-sq8' else 'SQfp16'}"
     raise ValueError(f"unknown index kind {kind!r}; choose one of {INDEX_KINDS} or 'auto'")
 
 
@@ -47,6 +87,15 @@ class VectorIndex:
     def __init__(self, index: faiss.Index, meta: Dict[str, object]):
         self.index = index
         self.meta = meta
+        self.device = "cpu"
+        self._device_base = None  # exact search's vectors copied to the GPU, when one is used
+
+    def use_device(self, device: str) -> None:
+        """Run exact search on ``device`` (e.g. ``cuda``): the vectors are copied there once, in
+        fp16 to halve GPU memory. Other kinds search on the CPU (faiss-cpu has no GPU code); a
+        faiss-gpu install can wrap ``self.index`` with ``faiss.index_cpu_to_gpu`` itself."""
+        self.device = str(device)
+        self._device_base = None
 
     @property
     def dim(self) -> int:
@@ -56,24 +105,43 @@ class VectorIndex:
         return int(self.index.ntotal)
 
     @classmethod
-    def build(cls, vectors: np.ndarray, kind: str = "auto", seed: int = 0) -> "VectorIndex":
-        """Build an index over L2-normalised float32 ``vectors`` (n, dim)."""
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2:
-            raise ValueError(f"expected a 2-d array of vectors, got shape {vectors.shape}")
-        n, dim = vectors.shape
+    def build(
+        cls, vectors: Union[np.ndarray, Sequence[np.ndarray]], kind: str = "auto", seed: int = 0, nprobe: int = 32
+    ) -> "VectorIndex":
+        """Build an index over L2-normalised float32 vectors: one (n, dim) array, or a sequence of
+        them (e.g. memory-mapped encoding chunks), added one at a time so that a KB of millions of
+        names never needs a second full copy in memory."""
+        chunks = [vectors] if isinstance(vectors, np.ndarray) else list(vectors)
+        if any(c.ndim != 2 for c in chunks) or not chunks:
+            raise ValueError("expected a 2-d array of vectors (or a non-empty sequence of them)")
+        dim = int(chunks[0].shape[1])
+        if any(int(c.shape[1]) != dim for c in chunks):
+            raise ValueError("all vector chunks must have the same dimension")
+        n = sum(int(c.shape[0]) for c in chunks)
         if kind == "auto":
             kind = auto_index_kind(n)
         index = faiss.index_factory(dim, _factory_string(kind, dim, n), faiss.METRIC_INNER_PRODUCT)
         if not index.is_trained:
-            rng = np.random.default_rng(seed)
-            sample = vectors if n <= 200_000 else vectors[rng.choice(n, 200_000, replace=False)]
+            sample = _training_sample(chunks, n, TRAIN_SAMPLE, seed)
+            if kind.startswith("ivf"):  # centroids first; FAISS then trains only the codes
+                ivf = faiss.extract_index_ivf(index)
+                ivf.quantizer.add(spherical_kmeans(sample, ivf.nlist, seed=seed))
             index.train(sample)
-        if n:
-            index.add(vectors)
+        for c in chunks:
+            if len(c):
+                index.add(np.ascontiguousarray(c, dtype=np.float32))
+        meta: Dict[str, object] = {"kind": kind, "dim": dim, "n": n, "metric": "inner_product", "faiss": faiss.__version__}
         if kind.startswith("ivf"):
-            faiss.extract_index_ivf(index).nprobe = 32
-        return cls(index, {"kind": kind, "dim": dim, "n": n, "metric": "inner_product", "faiss": faiss.__version__})
+            faiss.extract_index_ivf(index).nprobe = nprobe
+            meta["nprobe"] = nprobe
+        return cls(index, meta)
+
+    def set_nprobe(self, nprobe: int) -> None:
+        """IVF lists visited per query (recall against speed); recorded so it is saved."""
+        if not isinstance(self.index, faiss.IndexIVF) and "nprobe" not in self.meta:
+            raise ValueError(f"nprobe applies to IVF indexes, not {self.meta.get('kind')!r}")
+        faiss.extract_index_ivf(self.index).nprobe = nprobe
+        self.meta["nprobe"] = nprobe
 
     def search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """Scores and name rows, both (n_queries, k); rows are -1 where fewer than k exist."""
@@ -99,14 +167,20 @@ class VectorIndex:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # a read-only mapping; we never write to it
             base = torch.from_numpy(faiss.rev_swig_ptr(self.index.get_xb(), n * d).reshape(n, d))
+        on_cpu = self.device == "cpu"
+        if not on_cpu:
+            if self._device_base is None:
+                self._device_base = base.to(self.device, torch.float16)
+            base = self._device_base
         block = max(1, int(5e7 // n))  # about 200 MB of scores at a time
         scores, rows = [], []
         with torch.inference_mode():
             for start in range(0, len(queries), block):
-                sims = torch.from_numpy(queries[start : start + block]) @ base.T
+                q = torch.from_numpy(queries[start : start + block])
+                sims = q @ base.T if on_cpu else (q.to(self.device, torch.float16) @ base.T).float()
                 top = torch.topk(sims, k, dim=1)
-                scores.append(top.values.numpy())
-                rows.append(top.indices.numpy())
+                scores.append(top.values.cpu().numpy())
+                rows.append(top.indices.cpu().numpy())
         return np.concatenate(scores), np.concatenate(rows).astype(np.int64)
 
     def to_disk(self, path: Union[str, Path]) -> None:
@@ -141,3 +215,47 @@ class VectorIndex:
             faiss.extract_index_ivf(index).nprobe = int(meta.get("nprobe", 32))  # type: ignore[arg-type]
         return cls(index, meta)
 
+
+
+def exact_top_k(chunks: Sequence[np.ndarray], queries: np.ndarray, k: int) -> np.ndarray:
+    """Exact top-k rows by inner product, streamed over vector chunks (e.g. memory-mapped
+    encoding chunks): the ground truth an approximate index is measured against."""
+    import torch
+
+    q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
+    best_s = torch.full((len(q), k), -float("inf"))
+    best_r = torch.full((len(q), k), -1, dtype=torch.int64)
+    start = 0
+    for c in chunks:
+        if len(c):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # read-only memory maps; never written
+                base = torch.from_numpy(np.ascontiguousarray(c, dtype=np.float32))
+            sims = q @ base.T
+            top = torch.topk(sims, min(k, sims.shape[1]), dim=1)
+            s = torch.cat([best_s, top.values], 1)
+            r = torch.cat([best_r, top.indices + start], 1)
+            keep = torch.topk(s, k, dim=1).indices
+            best_s, best_r = torch.gather(s, 1, keep), torch.gather(r, 1, keep)
+        start += len(c)
+    return best_r.numpy()
+
+
+def recall_at_k(found: np.ndarray, exact: np.ndarray) -> float:
+    """Share of the exact top-k rows that a search also returned in its first k."""
+    k = exact.shape[1]
+    return float(np.mean([len(set(a[:k].tolist()) & set(b.tolist())) / k for a, b in zip(found, exact)]))
+
+
+def tune_nprobe(
+    index: VectorIndex, queries: np.ndarray, exact: np.ndarray, target: float = 0.99, choices: Sequence[int] = (8, 16, 32, 64, 128, 256)
+) -> Tuple[int, float]:
+    """The smallest ``nprobe`` whose recall@k on ``queries`` reaches ``target`` (else the largest
+    tried); it is set on the index and returned with the recall it measured."""
+    recall = 0.0
+    for nprobe in choices:
+        index.set_nprobe(nprobe)
+        recall = recall_at_k(index.search(queries, exact.shape[1])[1], exact)
+        if recall >= target:
+            break
+    return nprobe, recall

@@ -3,22 +3,41 @@
 A normalised name is one row even when several concepts carry it ("ms": multiple
 sclerosis, mitral stenosis, ...): the row lists all its concepts, so the linker can tell
 that a hit is ambiguous instead of silently picking one.
+
+On disk (format version 2) every table is memory-mapped, so a UMLS-sized KB (millions of
+names) opens in well under a second without building Python objects:
+
+- ``kb.json``: format, version, ``lowercase``, fingerprint and the counts (``stats()``);
+- string tables (``strings.StringTable``, ``<t>.utf8.npy`` + ``<t>.starts.npy``) for
+  ``names``, ``display_names``, ``concept_ids`` and ``concept_names``;
+- ``concept_types`` and ``concept_xrefs`` (``strings.ListTable``): all items in one string
+  table plus ``<t>.rows.npy``, where each concept's items start;
+- ``name_offsets.npy`` / ``name_concepts.npy``: the name→concept rows, CSR-style.
+
+Version 1 folders (``names.txt``, ``display_names.txt``, ``concepts.jsonl``) still load,
+into Python lists; saving such a KB again writes version 2.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .fileio import atomic_open, read_json, write_json
+from .fileio import read_json, write_json
 from .normalize import normalize_name
 from .records import ConceptRecord
+from .strings import SEP, ListTable, StringTable, load_npy, save_npy, table_files
 
 KB_FORMAT = "spacy-sapbert-kb"
-KB_VERSION = 1
+KB_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+STRING_TABLES = ("names", "display_names", "concept_ids", "concept_names")
+LIST_TABLES = ("concept_types", "concept_xrefs")
+V1_FILES = ("names.txt", "display_names.txt", "concepts.jsonl")
+_HASH_CHUNK = 1 << 24
 
 
 class DuplicateConceptError(ValueError):
@@ -28,21 +47,22 @@ class DuplicateConceptError(ValueError):
 class ConceptKB:
     """Concepts (id, display name, types) and names (normalised, display form, concept rows).
 
-    The name→concepts table is stored CSR-style in two integer arrays so that a KB of
-    millions of names loads memory-mapped in a second.
+    The name→concepts table is stored CSR-style in two integer arrays. Built in memory
+    (``from_records``) the string columns are lists; loaded from disk they are read-only
+    memory-mapped tables with the same indexing, slicing and iteration.
     """
 
     def __init__(
         self,
-        concept_ids: List[str],
-        concept_names: List[str],
-        concept_types: List[List[str]],
-        names: List[str],
-        display_names: List[str],
+        concept_ids: Sequence[str],
+        concept_names: Sequence[str],
+        concept_types: Sequence[List[str]],
+        names: Sequence[str],
+        display_names: Sequence[str],
         name_offsets: np.ndarray,
         name_concepts: np.ndarray,
         lowercase: bool = True,
-        concept_xrefs: Optional[List[List[str]]] = None,
+        concept_xrefs: Optional[Sequence[List[str]]] = None,
     ):
         self.concept_ids = concept_ids
         self.concept_names = concept_names
@@ -55,6 +75,7 @@ class ConceptKB:
         self.concept_xrefs = concept_xrefs if concept_xrefs is not None else [[] for _ in concept_ids]
         self._row_of_id: Optional[Dict[str, int]] = None
         self._row_of_name: Optional[Dict[str, int]] = None
+        self._fingerprint: Optional[str] = None  # cached only for read-only (loaded) tables
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -79,6 +100,12 @@ class ConceptKB:
             cid = rec.id.strip()
             if not cid:
                 raise ValueError(f"concept record {n + 1} has an empty id")
+            bad = next((ch for ch in (SEP, "\n", "\r") if ch in cid), None)
+            if bad is not None:
+                raise ValueError(
+                    f"concept record {n + 1} has the id {cid!r} containing {bad!r}: ids must not contain "
+                    "line breaks or the unit separator \\x1f (the KB fingerprint joins ids with it)"
+                )
             if cid in row_of_id:
                 if on_duplicate == "error":
                     raise DuplicateConceptError(
@@ -173,64 +200,128 @@ class ConceptKB:
 
     @property
     def fingerprint(self) -> str:
-        """A hash of the ids and the name table: an index is valid only for the names it encoded."""
+        """A hash of the ids and the name table: an index is valid only for the names it encoded.
+
+        sha256 over ``"\\x1f".join(concept_ids)``, ``"\\x1f".join(names)`` (UTF-8) and the bytes
+        of ``name_offsets`` and ``name_concepts``; the first 32 hex digits. Loaded tables are
+        hashed from their mapped bytes (no strings built) and the result is kept.
+        """
+        if self._fingerprint is not None:
+            return self._fingerprint
         h = hashlib.sha256()
-        h.update("\x1f".join(self.concept_ids).encode())
-        h.update("\x1f".join(self.names).encode())
-        h.update(np.ascontiguousarray(self.name_offsets).tobytes())
-        h.update(np.ascontiguousarray(self.name_concepts).tobytes())
-        return h.hexdigest()[:32]
+        for part in (_joined(self.concept_ids), _joined(self.names), self.name_offsets, self.name_concepts):
+            _feed(h, part)
+        digest = h.hexdigest()[:32]
+        if isinstance(self.names, StringTable) and isinstance(self.concept_ids, StringTable):
+            self._fingerprint = digest
+        return digest
 
     # ------------------------------------------------------------------ disk
     def to_disk(self, path: Union[str, Path]) -> None:
-        """Write into folder ``path`` (JSON lines, text and .npy; each file atomically)."""
+        """Write into folder ``path`` (format version 2, see the module docstring).
+
+        Each file is written atomically and ``kb.json`` last; version-1 files left in the
+        folder are removed after it.
+        """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        with atomic_open(path / "concepts.jsonl") as f:
-            for cid, name, types, xrefs in zip(self.concept_ids, self.concept_names, self.concept_types, self.concept_xrefs):
-                row = {"id": cid, "name": name, "types": types, "xrefs": xrefs}
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        with atomic_open(path / "names.txt") as f:
-            f.write("".join(n + "\n" for n in self.names))
-        with atomic_open(path / "display_names.txt") as f:
-            f.write("".join(n + "\n" for n in self.display_names))
-        for fname, arr in (("name_offsets.npy", self.name_offsets), ("name_concepts.npy", self.name_concepts)):
-            with atomic_open(path / fname, "wb") as f:
-                np.save(f, arr, allow_pickle=False)
+        for name in STRING_TABLES:
+            StringTable.save(getattr(self, name), path / name)
+        for name in LIST_TABLES:
+            ListTable.save(getattr(self, name), path / name)
+        save_npy(path / "name_offsets.npy", self.name_offsets)
+        save_npy(path / "name_concepts.npy", self.name_concepts)
         write_json(
             path / "kb.json",
             {"format": KB_FORMAT, "version": KB_VERSION, "lowercase": self.lowercase, "fingerprint": self.fingerprint, **self.stats()},
         )
+        for name in V1_FILES:
+            (path / name).unlink(missing_ok=True)
 
     @classmethod
     def from_disk(cls, path: Union[str, Path], mmap: bool = True) -> "ConceptKB":
+        """Load a KB folder; with ``mmap`` (the default) its arrays stay on disk, paged in on use."""
         path = Path(path)
         if not (path / "kb.json").is_file():
             raise FileNotFoundError(f"{path} is not a spacy-sapbert KB folder (no kb.json)")
         meta = read_json(path / "kb.json")
-        if meta.get("format") != KB_FORMAT or meta.get("version") != KB_VERSION:
+        if meta.get("format") != KB_FORMAT or meta.get("version") not in READABLE_VERSIONS:
             raise ValueError(f"{path}/kb.json: unsupported KB format {meta.get('format')!r} v{meta.get('version')}")
-        ids, cnames, ctypes, cxrefs = [], [], [], []
-        with open(path / "concepts.jsonl", encoding="utf8") as f:
-            for line in f:
-                d = json.loads(line)
-                ids.append(d["id"])
-                cnames.append(d["name"])
-                ctypes.append(d.get("types", []))
-                cxrefs.append(d.get("xrefs", []))
-        names = _read_lines(path / "names.txt")
-        display = _read_lines(path / "display_names.txt")
-        mode = "r" if mmap else None
-        offsets = np.load(path / "name_offsets.npy", mmap_mode=mode, allow_pickle=False)
-        flat = np.load(path / "name_concepts.npy", mmap_mode=mode, allow_pickle=False)
+        offsets = load_npy(path / "name_offsets.npy", mmap)
+        flat = load_npy(path / "name_concepts.npy", mmap)
+        if meta["version"] == 1:
+            ids, cnames, ctypes, names, display, cxrefs = _read_v1(path)
+        else:
+            ids, cnames, names, display = (
+                StringTable.load(path / name, mmap) for name in ("concept_ids", "concept_names", "names", "display_names")
+            )
+            ctypes, cxrefs = (ListTable.load(path / name, mmap) for name in ("concept_types", "concept_xrefs"))
         kb = cls(ids, cnames, ctypes, names, display, offsets, flat, meta.get("lowercase", True), cxrefs)
-        if len(names) != meta["names"] or len(ids) != meta["concepts"] or len(display) != len(names):
-            raise ValueError(f"{path}: KB files disagree with kb.json (truncated or mixed-up files)")
+        kb._check(path, meta)
         return kb
+
+    def _check(self, path: Path, meta: Dict[str, object]) -> None:
+        """Every table has the length kb.json records (cheap: no data is read)."""
+        if self.name_offsets.ndim != 1 or self.name_concepts.ndim != 1:
+            raise ValueError(f"{path}: name_offsets.npy and name_concepts.npy must be 1-D arrays")
+        n_names, n_concepts = int(meta["names"]), int(meta["concepts"])  # type: ignore[call-overload]
+        expected = {
+            "names": (self.names, n_names),
+            "display_names": (self.display_names, n_names),
+            "concept_ids": (self.concept_ids, n_concepts),
+            "concept_names": (self.concept_names, n_concepts),
+            "concept_types": (self.concept_types, n_concepts),
+            "concept_xrefs": (self.concept_xrefs, n_concepts),
+            "name_offsets.npy": (self.name_offsets, n_names + 1),
+        }
+        for name, (table, n) in expected.items():
+            if len(table) != n:
+                where = name if name.endswith(".npy") else _where(path, name, meta["version"])
+                raise ValueError(
+                    f"{path}: {where} has {len(table)} rows but kb.json says {n} (truncated or mixed-up files)"
+                )
+        links = int(self.name_offsets[-1])
+        if len(self.name_concepts) != links:
+            raise ValueError(
+                f"{path}: name_concepts.npy has {len(self.name_concepts)} rows but name_offsets.npy ends at {links} "
+                "(truncated or mixed-up files)"
+            )
+
+
+def _where(path: Path, name: str, version: object) -> str:
+    if version == 1:
+        return "concepts.jsonl" if name.startswith("concept_") else f"{name}.txt"
+    files = [p.name for p in table_files(path / name)] + ([f"{name}.rows.npy"] if name in LIST_TABLES else [])
+    return " / ".join(files)
+
+
+def _joined(strings: Sequence[str]) -> Union[memoryview, bytes]:
+    return strings.joined_bytes() if isinstance(strings, StringTable) else SEP.join(strings).encode("utf8")
+
+
+def _feed(h: Any, data: Union[memoryview, bytes, np.ndarray]) -> None:
+    """Update ``h`` with ``data``'s bytes in large chunks, without copying them."""
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    mv = memoryview(data).cast("B")
+    for i in range(0, len(mv), _HASH_CHUNK):
+        h.update(mv[i : i + _HASH_CHUNK])
+
+
+def _read_v1(path: Path):
+    """The string columns of a version-1 folder, as lists."""
+    ids, cnames, ctypes, cxrefs = [], [], [], []
+    with open(path / "concepts.jsonl", encoding="utf8") as f:
+        for line in f:
+            d = json.loads(line)
+            ids.append(d["id"])
+            cnames.append(d["name"])
+            ctypes.append(d.get("types", []))
+            cxrefs.append(d.get("xrefs", []))
+    return ids, cnames, ctypes, _read_lines(path / "names.txt"), _read_lines(path / "display_names.txt"), cxrefs
 
 
 def _read_lines(path: Path) -> List[str]:
     with open(path, encoding="utf8") as f:
         text = f.read()
     return text.split("\n")[:-1] if text else []
-

@@ -73,7 +73,7 @@ def register_span_attribute(name: str) -> None:
         "batch_size": 256,
         "cache_size": 10000,
         "device": "auto",
-        "precision": "fp32",
+        "precision": "auto",
     },
 )
 def make_sapbert_linker(
@@ -135,7 +135,7 @@ class SapBertLinker:
         batch_size: int = 256,
         cache_size: int = 10000,
         device: str = "auto",
-        precision: str = "fp32",
+        precision: str = "auto",
     ):
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
@@ -192,6 +192,7 @@ class SapBertLinker:
     def set_kb(self, linking_kb: LinkingKB, encoder: SapEncoder) -> None:
         """Attach an in-memory KB and encoder (refused if the KB was built with another encoder)."""
         linking_kb.check_encoder(encoder)
+        linking_kb.index.use_device(str(encoder.device))  # exact search next to the encoder (GPU too)
         self.linking_kb = linking_kb
         self.encoder = encoder
         self._cache.clear()

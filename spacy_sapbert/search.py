@@ -75,7 +75,11 @@ class LinkingKB:
         """
         kb = source if isinstance(source, ConceptKB) else ConceptKB.from_records(source)
         vectors = encode_resumable(encoder, kb.names, kb.fingerprint, batch_size, progress, work_dir, chunk_size)
-        index = VectorIndex.build(vectors, kind=index_kind)
+        return cls.assemble(kb, VectorIndex.build(vectors, kind=index_kind), encoder)
+
+    @classmethod
+    def assemble(cls, kb: ConceptKB, index: VectorIndex, encoder: SapEncoder) -> "LinkingKB":
+        """Put together a KB and an index built from its names with ``encoder``."""
         meta = {
             "format": FORMAT,
             "version": VERSION,
@@ -168,32 +172,48 @@ def encode_resumable(
     """Encode ``names`` chunk by chunk; with ``work_dir``, finished chunks survive a crash."""
     if work_dir is None:
         return encoder.encode(list(names), batch_size=batch_size, progress=progress)
+    files = encode_chunks(encoder, names, kb_fingerprint, work_dir, batch_size, progress, chunk_size)
+    if not files:
+        return np.zeros((0, encoder.dim), np.float32)
+    return np.concatenate([np.load(f, allow_pickle=False) for f in files])
+
+
+def encode_chunks(
+    encoder: SapEncoder,
+    names: Sequence[str],
+    kb_fingerprint: str,
+    work_dir: Union[str, Path],
+    batch_size: int = 256,
+    progress: bool = False,
+    chunk_size: int = 50_000,
+) -> List[Path]:
+    """Encode ``names`` into ``.npy`` chunk files under ``work_dir`` and return them in order.
+
+    A chunk already there (same KB, encoder and chunk size) is kept, so a killed build resumes;
+    the files can be memory-mapped, so millions of vectors need not fit in memory at once.
+    """
     work = Path(work_dir)
     state = {"kb": kb_fingerprint, "encoder": encoder.fingerprint, "chunk_size": chunk_size, "n": len(names)}
     if (work / "state.json").is_file() and read_json(work / "state.json") != state:
         shutil.rmtree(work)  # left over from another KB or encoder: not reusable
     work.mkdir(parents=True, exist_ok=True)
     write_json(work / "state.json", state)
-    chunks = []
-    starts = range(0, len(names), chunk_size)
+    files = []
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(names), desc="encoding names", unit="name")
-    for i, start in enumerate(starts):
+        bar = tqdm(total=len(names), desc="encoding names", unit="name", smoothing=0.05)
+    for i, start in enumerate(range(0, len(names), chunk_size)):
         f = work / f"chunk_{i:05d}.npy"
-        if f.is_file():
-            arr = np.load(f, allow_pickle=False)
-        else:
-            arr = encoder.encode(list(names[start : start + chunk_size]), batch_size=batch_size)
+        count = min(chunk_size, len(names) - start)
+        if not f.is_file():
+            arr = encoder.encode(list(names[start : start + count]), batch_size=batch_size)
             with atomic_open(f, "wb") as fh:
                 np.save(fh, arr, allow_pickle=False)
-        chunks.append(arr)
+        files.append(f)
         if bar is not None:
-            bar.update(len(arr))
+            bar.update(count)
     if bar is not None:
         bar.close()
-    if not chunks:
-        return np.zeros((0, encoder.dim), np.float32)
-    return np.concatenate(chunks)
+    return files

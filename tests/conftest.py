@@ -58,4 +58,4 @@ def tiny_bert_path(tmp_path_factory) -> Path:
 def tiny_encoder(tiny_bert_path):
     from spacy_sapbert.encoder import SapEncoder
 
-    return SapEncoder.load(tiny_bert_path, device="cpu")
+    return SapEncoder.load(tiny_bert_path, device="cpu", precision="fp32")  # exact on every CPU

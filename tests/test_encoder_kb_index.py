@@ -4,8 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spacy_sapbert.encoder import SapEncoder, resolve_encoder_path
-from spacy_sapbert.index import VectorIndex
+import torch
+
+from spacy_sapbert import encoder as encoder_module
+from spacy_sapbert.encoder import SapEncoder, resolve_encoder_path, resolve_precision
+from spacy_sapbert.index import VectorIndex, exact_top_k, recall_at_k, tune_nprobe
 from spacy_sapbert.kb import ConceptKB, DuplicateConceptError
 from spacy_sapbert.records import ConceptRecord as R
 from spacy_sapbert.search import EncoderMismatchError, LinkingKB
@@ -53,10 +56,21 @@ def test_encoder_save_load_round_trip(tiny_bert_path, tmp_path):
 
 
 def test_reduced_precisions_stay_close_to_fp32(tiny_bert_path):
-    ref = SapEncoder.load(tiny_bert_path, device="cpu").encode(["heart attack", "asthma"])
+    ref = SapEncoder.load(tiny_bert_path, device="cpu", precision="fp32").encode(["heart attack", "asthma"])
     for precision in ("bf16", "int8"):
         out = SapEncoder.load(tiny_bert_path, device="cpu", precision=precision).encode(["heart attack", "asthma"])
         assert (out * ref).sum(1).min() > 0.95, precision
+
+
+def test_auto_precision_is_bf16_only_where_the_hardware_has_it(tiny_bert_path, monkeypatch):
+    cpu = torch.device("cpu")
+    for native, expected in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(encoder_module, "native_bf16", lambda device, native=native: native)
+        assert resolve_precision("auto", cpu) == expected
+        assert SapEncoder.load(tiny_bert_path, device="cpu").precision == expected  # auto is the default
+    assert resolve_precision("int8", cpu) == "int8"  # an explicit choice is kept
+    with pytest.raises(ValueError, match="precision must be one of"):
+        resolve_precision("fp8", cpu)
 
 
 def test_missing_encoder_folder_is_a_clear_error(tmp_path):
@@ -111,7 +125,56 @@ def test_flat_index_matches_brute_force():
     assert index.search(queries, 1000)[1].shape == (20, 500)  # k capped at the index size
 
 
-@pytest.mark.parametrize("kind", ["flat-fp16", "sq8", "hnsw", "ivf-sq8"])
+def _unit_vectors(n: int, dim: int, seed: int, clusters: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    data = rng.normal(size=(n, dim)).astype(np.float32)
+    if clusters:  # names of a concept lie close together, like real name embeddings
+        centres = rng.normal(size=(clusters, dim)).astype(np.float32)
+        data = centres[rng.integers(0, clusters, n)] + 0.3 * data
+    return data / np.linalg.norm(data, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("kind", ["flat", "sq8"])
+def test_index_built_from_chunks_equals_one_built_from_an_array(kind):
+    data = _unit_vectors(3000, 16, seed=2)
+    whole = VectorIndex.build(data, kind=kind)
+    chunked = VectorIndex.build([data[:1000], data[1000:1001], data[1001:]], kind=kind)
+    assert len(chunked) == 3000 and chunked.meta == whole.meta
+    np.testing.assert_array_equal(whole.search(data[:40], 5)[1], chunked.search(data[:40], 5)[1])
+    with pytest.raises(ValueError, match="same dimension"):
+        VectorIndex.build([data, data[:, :8]], kind=kind)
+
+
+def test_exact_top_k_streams_over_chunks_and_recall_counts_overlap():
+    data = _unit_vectors(1000, 16, seed=3)
+    queries = _unit_vectors(30, 16, seed=4)
+    expected = np.argsort(-(queries @ data.T), axis=1)[:, :5]
+    got = exact_top_k([data[:7], data[7:500], data[500:]], queries, 5)
+    np.testing.assert_array_equal(got, expected)
+    assert recall_at_k(got, expected) == 1.0
+    half = expected.copy()
+    half[:15] = -1  # half of the queries found nothing
+    assert recall_at_k(half, expected) == 0.5
+
+
+def test_ivf_nprobe_is_tuned_to_a_recall_target_and_saved(tmp_path):
+    data = _unit_vectors(20000, 16, seed=5, clusters=300)
+    queries = data[:200] + 0.05 * _unit_vectors(200, 16, seed=6)
+    exact = exact_top_k([data], queries, 5)
+    index = VectorIndex.build(data, kind="ivf-sq8")
+    index.set_nprobe(1)
+    one_list = recall_at_k(index.search(queries, 5)[1], exact)
+    nprobe, recall = tune_nprobe(index, queries, exact, target=0.95)
+    assert recall >= 0.95 > one_list and index.meta["nprobe"] == nprobe
+    index.to_disk(tmp_path)
+    again = VectorIndex.from_disk(tmp_path)
+    assert again.meta["nprobe"] == nprobe
+    assert recall_at_k(again.search(queries, 5)[1], exact) == pytest.approx(recall)
+    with pytest.raises(ValueError, match="IVF"):
+        VectorIndex.build(data[:100], kind="flat").set_nprobe(8)
+
+
+@pytest.mark.parametrize("kind", ["flat-fp16", "sq8", "hnsw", "ivf-sq8", "ivf-fp16"])
 def test_compressed_indexes_round_trip(kind, tmp_path):
     rng = np.random.default_rng(1)
     data = rng.normal(size=(2000, 16)).astype(np.float32)
@@ -173,3 +236,18 @@ def test_resumable_build_reuses_finished_chunks(tiny_encoder, tmp_path, monkeypa
     assert calls == [1]  # only the missing chunk was encoded
     q = tiny_encoder.encode(["asthma"])
     assert full.search_names(q, 3)[1].tolist() == resumed.search_names(q, 3)[1].tolist()
+
+
+def test_exact_search_device_path_gives_the_same_rows(monkeypatch):
+    """The GPU branch (fp16 copy of the vectors) run on the CPU: same neighbours as fp32."""
+    data = _unit_vectors(2000, 16, seed=7, clusters=50)
+    index = VectorIndex.build(data, kind="flat")
+    expected = index.search(data[:30], 5)
+    index.use_device("cpu")
+    index.device = "meta-cpu"  # any non-"cpu" name takes the device branch ...
+    real_to = torch.Tensor.to
+    monkeypatch.setattr(torch.Tensor, "to", lambda t, *a, **kw: real_to(t, "cpu", *[x for x in a if isinstance(x, torch.dtype)]))
+    scores, rows = index.search(data[:30], 5)  # ... which here stays on the CPU, in fp16
+    assert index._device_base is not None and index._device_base.dtype == torch.float16
+    assert (rows[:, 0] == expected[1][:, 0]).all()
+    np.testing.assert_allclose(scores, expected[0], atol=2e-3)

@@ -7,7 +7,9 @@ from typing import List, Tuple
 
 import pytest
 
-from spacy_sapbert.evaluation.report import END_MARKER, START_MARKER, render_table, replace_between_markers, update_readme
+from spacy_sapbert.evaluation.report import render_table, replace_between_markers, update_readme
+
+START_MARKER, END_MARKER = "<!-- EVALUATION-TABLE:START -->", "<!-- EVALUATION-TABLE:END -->"
 from spacy_sapbert.evaluation.runner import evaluate, evaluate_command
 
 MEDIC = """D001943||Breast Neoplasms|Breast Cancer

@@ -1,6 +1,8 @@
 """Unit tests of the trainer's parts: pair files, batch plans, losses, checkpoints, logs."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -136,6 +138,22 @@ def test_faithful_config_holds_the_authors_settings():
 def test_other_bundled_configs_resolve(name):
     resolved = registry.resolve(load_config(name))
     assert resolved["training"]["loss"] is not None
+
+
+def test_adapter_is_off_by_default_and_peft_is_imported_only_to_apply_it(monkeypatch):
+    from training.adapter import LoraAdapter
+
+    monkeypatch.setitem(sys.modules, "peft", None)  # as if peft were not installed
+    for name in ("sapbert", "cpu", "finetune", "finetune-cpu"):
+        assert registry.resolve(load_config(name))["training"]["adapter"] is None
+    lora = {"@adapters": "lora.v1", "r": 4, "target_modules": ["query", "key"]}
+    adapter = registry.resolve(load_config("sapbert", {"training.adapter": lora}))["training"]["adapter"]
+    assert adapter == LoraAdapter(r=4, lora_alpha=16.0, lora_dropout=0.1, target_modules=("query", "key"))
+    assert adapter.describe() == {"type": "lora", "r": 4, "lora_alpha": 16.0, "lora_dropout": 0.1, "target_modules": ["query", "key"]}
+    with pytest.raises(ImportError, match="pip install peft"):
+        adapter.apply(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="r must be"):
+        registry.resolve(load_config("sapbert", {"training.adapter": {**lora, "r": 0}}))
 
 
 def test_lr_schedule_warmup_then_constant_or_linear():

@@ -3,7 +3,9 @@
 - learning: Acc@1 on held-out synonyms rises far above chance; with the loss off it does not;
 - resume: a run killed with SIGKILL and resumed ends with the same steps and the same weights;
 - DDP: two gloo processes give the weights of one process on the same global batch;
-- fine-tuning: the ``training.finetune`` entry point trains on mention–name pairs.
+- fine-tuning: the ``training.finetune`` entry point trains on mention–name pairs;
+- adapter (needs peft): only LoRA weights train, the output is a plain merged encoder folder,
+  and a killed LoRA run resumes to the same weights.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from safetensors.torch import load_file
 from spacy_sapbert.encoder import SapEncoder
 from training.config import load_config
 from training.dev_eval import Mention, accuracy_at_1, read_pubtator_mentions
-from training.trainer import train
+from training.trainer import Trainer, train
 
 REPO = Path(__file__).resolve().parents[1]
 FILLERS = ["disease", "syndrome", "chronic", "acute", "familial", "type"]
@@ -168,9 +170,10 @@ def final_weights(output: Path) -> Dict[str, torch.Tensor]:
     return load_file(str(output / "model" / "model.safetensors"))
 
 
-def test_run_killed_with_sigkill_resumes_to_the_same_steps_and_weights(setup, tmp_path):
-    settings = overrides(setup, tmp_path / "x", **{"data.batch_size": 8, "data.epochs": 2, "training.checkpoint_every": 10})
-    total = 2 * -(-sum(1 for _ in open(setup["pairs"])) // 8)
+def kill_and_resume(setup, tmp_path, settings: Dict[str, object]) -> Path:
+    """Train straight through; train again, SIGKILL it after its first checkpoint, resume it with
+    ``--resume``: same steps, same pairs, same final weights. Returns the resumed run's folder."""
+    total = settings["data.epochs"] * -(-sum(1 for _ in open(setup["pairs"])) // settings["data.batch_size"])
 
     straight = train(load_config("sapbert", {**settings, "paths.output": str(tmp_path / "straight")}), progress=False)
     assert straight["steps"] == total
@@ -201,6 +204,12 @@ def test_run_killed_with_sigkill_resumes_to_the_same_steps_and_weights(setup, tm
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     logged = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines() if '"loss"' in x and '"event"' not in x]
     assert logged == sorted(set(logged)) and logged[-1] == total
+    return out
+
+
+def test_run_killed_with_sigkill_resumes_to_the_same_steps_and_weights(setup, tmp_path):
+    settings = overrides(setup, tmp_path / "x", **{"data.batch_size": 8, "data.epochs": 2, "training.checkpoint_every": 10})
+    kill_and_resume(setup, tmp_path, settings)
 
 
 def test_ddp_on_gloo_with_two_processes_matches_one_process(setup, tmp_path):
@@ -260,3 +269,84 @@ def test_finetune_entry_point_trains_on_mention_name_pairs(setup, ontology, tmp_
     assert proc.returncode == 0, log
     assert held_out_accuracy(out / "model", ontology) >= 0.8
     assert held_out_accuracy(setup["model"], ontology) < 0.2
+
+
+# ---------------------------------------------------------------- the adapter variant (peft LoRA)
+LORA = {"@adapters": "lora.v1", "r": 2, "lora_alpha": 4, "lora_dropout": 0.0}
+
+
+@pytest.fixture(scope="module")
+def lora_run(setup, tmp_path_factory):
+    """One short LoRA run, snapshots on, kept in memory so the tests can look at the model."""
+    pytest.importorskip("peft")
+    out = tmp_path_factory.mktemp("lora") / "run"
+    settings = overrides(setup, out, **{"training.adapter": LORA, "data.max_steps": 20, "training.snapshot_every_minutes": 0.002})
+    trainer = Trainer(load_config("sapbert", settings), progress=False)
+    summary = trainer.run()
+    return {"trainer": trainer, "summary": summary, "out": out}
+
+
+def test_lora_adapter_trains_a_small_share_and_leaves_the_base_weights(setup, lora_run):
+    trainer, summary, out = lora_run["trainer"], lora_run["summary"], lora_run["out"]
+    model = trainer.encoder.model  # the peft-wrapped encoder
+    trainable = {n: p.numel() for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    assert {n.split(".lora_")[0].rsplit(".", 1)[1] for n in trainable} == {"query", "value"}
+    assert summary["trainable_params"] == sum(trainable.values())
+    assert summary["total_params"] == sum(p.numel() for p in model.parameters())
+    assert summary["trainable_percent"] == pytest.approx(100 * summary["trainable_params"] / summary["total_params"], abs=1e-3)
+    assert 0 < summary["trainable_percent"] < 5  # r=2 on 2 layers x (query, value) of a 32-wide BERT
+    assert summary["adapter"] == {"type": "lora", "r": 2, "lora_alpha": 4.0, "lora_dropout": 0.0, "target_modules": ["query", "value"]}
+    start = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert start["event"] == "start" and start["trainable_percent"] == summary["trainable_percent"]
+
+    # the frozen base weights did not move; the merged output differs exactly where the adapter sits
+    base = load_file(str(setup["model"] / "model.safetensors"))
+    during = {k.replace(".base_layer", ""): v for k, v in model.get_base_model().state_dict().items() if ".lora_" not in k}
+    assert all(torch.equal(during[k], base[k]) for k in base)
+    merged = final_weights(out)
+    assert merged.keys() == base.keys()
+    adapted = {k for k in base if k.endswith(("query.weight", "value.weight"))}
+    assert len(adapted) == 4
+    assert all(not torch.equal(merged[k], base[k]) for k in adapted)
+    assert all(torch.equal(merged[k], base[k]) for k in base.keys() - adapted)
+
+
+def test_lora_output_is_a_plain_encoder_folder(setup, ontology, lora_run, monkeypatch):
+    trainer, summary, out = lora_run["trainer"], lora_run["summary"], lora_run["out"]
+    snapshots = sorted((out / "snapshots").iterdir())
+    assert snapshots and snapshots[-1].name == f"step-{summary['steps']:08d}"
+    for folder in [out / "model", *snapshots]:
+        assert not (folder / "adapter_config.json").exists()
+        assert not any(".lora_" in k or "base_layer" in k for k in load_file(str(folder / "model.safetensors")))
+    a, b = final_weights(out), load_file(str(snapshots[-1] / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    names = [n for ns in ontology[2].values() for n in ns][:20]
+    adapted = trainer.encoder.encode(names)  # through the peft-wrapped model the run trained
+
+    monkeypatch.setitem(sys.modules, "peft", None)  # loading needs no peft
+    encoder = SapEncoder.load(out / "model", device="cpu", precision="fp32")
+    assert type(encoder.model).__name__ == "BertModel"
+    saved = json.loads((out / "model" / "sapbert_encoder.json").read_text())
+    assert encoder.fingerprint == saved["fingerprint"] == summary["encoder_fingerprint"]
+    vectors = encoder.encode(names)
+    assert vectors.shape == (20, 32) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    # the same vectors as the adapted model in training, and not the base model's
+    np.testing.assert_allclose(vectors, adapted, atol=1e-5)
+    assert not np.allclose(vectors, SapEncoder.load(setup["model"], device="cpu", precision="fp32").encode(names), atol=1e-3)
+
+
+def test_lora_run_killed_with_sigkill_resumes_to_the_same_weights(setup, tmp_path):
+    pytest.importorskip("peft")
+    adapter = {"@adapters": "lora.v1", "r": 4}  # LoRA dropout on: its masks come from the restored RNG
+    settings = overrides(setup, tmp_path / "x", **{"data.batch_size": 8, "data.epochs": 1, "training.checkpoint_every": 10,
+                                                   "training.adapter": adapter})
+    out = kill_and_resume(setup, tmp_path, settings)
+    last = sorted((out / "checkpoints").glob("step-*"))[-1]
+    assert any(".lora_A." in k for k in load_file(str(last / "model.safetensors")))
+    assert json.loads((last / "state.json").read_text())["adapter"]["r"] == 4
+    # a checkpoint written with the adapter does not silently resume a run without it
+    with pytest.raises(ValueError, match="adapter"):
+        train(load_config("sapbert", {**settings, "paths.output": str(out), "training.adapter": {"@adapters": "none.v1"}}),
+              resume=True, progress=False)

@@ -4,7 +4,8 @@ A checkpoint folder ``step-00000100/`` holds the model weights, the optimizer's 
 tensors, the epoch's batch plan, one RNG file per rank and ``state.json`` (step, epoch,
 position in the plan, optimizer hyper-parameters, scheduler and grad-scaler state, Python
 RNG state). It is assembled under a hidden name and renamed into place, so a kill at any
-moment leaves either a complete checkpoint or none.
+moment leaves either a complete checkpoint or none. With ``[training.adapter]`` on, the weights
+are the adapted model's (frozen base + adapter, unmerged), so a resumed run continues exactly.
 """
 from __future__ import annotations
 

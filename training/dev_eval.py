@@ -23,6 +23,8 @@ from spacy_sapbert.normalize import normalize_name
 from spacy_sapbert.ontologies.medic import prefixed_id, read_medic_dictionary
 from spacy_sapbert.records import ConceptRecord
 
+from .runlog import read_log
+
 QUICK_DATASETS = {
     "ncbi-disease": ("pubtator", "ncbi-disease/NCBItestset_corpus.txt"),
     "bc5cdr-disease": ("concept", "bc5cdr/disease/test.concept"),
@@ -105,8 +107,6 @@ def accuracy_at_1(
 
 def snapshot_minutes(run_dir: Path) -> List[Tuple[Path, float]]:
     """A training run's snapshots with their minutes of training (from its metrics log)."""
-    from .runlog import read_log
-
     seen = {}
     for r in read_log(run_dir / "metrics.jsonl"):
         if r.get("event") == "snapshot" and Path(r["path"]).is_dir():
@@ -154,16 +154,24 @@ def main(
     cache_dir: Optional[Path] = typer.Option(Path("corpus/cache"), help="the benchmark's dictionary-vector cache"),
     threads: int = typer.Option(1),
 ) -> None:
-    """Acc@1 of encoders, and of a run's snapshots against minutes of training (for training.plot)."""
+    """Acc@1 of encoders, and of a run's snapshots against minutes of training (for training.plot).
+
+    With ``--out``, models and datasets already in that file are skipped, so an interrupted
+    evaluation resumes."""
     import torch
 
     torch.set_num_threads(threads)
     targets: List[Tuple[str, Optional[float]]] = [(m, minutes_of(m)) for m in models or []]
     if run is not None:
         targets += [(str(p), m) for p, m in snapshot_minutes(run)]
+    metric = "quick" if quick else "benchmark"
+    done = {(r.get("model"), r.get("dataset"), r.get("metric")) for r in read_log(out)} if out is not None else set()
     for model, minutes in targets:
+        todo = [d for d in dataset if (model, d, metric) not in done]  # a re-run only adds what is missing
+        if not todo:
+            continue
         t0 = time.perf_counter()
-        scores = quick_scores(model, dataset, data_dir, precision) if quick else benchmark_scores(model, dataset, data_dir, precision, cache_dir)
+        scores = quick_scores(model, todo, data_dir, precision) if quick else benchmark_scores(model, todo, data_dir, precision, cache_dir)
         for result in scores:
             result = {"model": model, **result, "eval_seconds": round(time.perf_counter() - t0, 1)}
             if minutes is not None:

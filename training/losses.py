@@ -16,11 +16,12 @@ from pytorch_metric_learning.miners import BaseMiner
 
 
 class registry(confection.registry):
-    """Config registries of the trainer: ``@losses``, ``@miners`` and ``@batchers`` blocks."""
+    """Config registries of the trainer: ``@losses``, ``@miners``, ``@batchers`` and ``@adapters`` blocks."""
 
     losses = catalogue.create("spacy_sapbert_training", "losses", entry_points=False)
     miners = catalogue.create("spacy_sapbert_training", "miners", entry_points=False)
     batchers = catalogue.create("spacy_sapbert_training", "batchers", entry_points=False)
+    adapters = catalogue.create("spacy_sapbert_training", "adapters", entry_points=False)
 
 
 class ZeroLoss(BaseMetricLossFunction):

@@ -3,7 +3,8 @@
 Each step encodes both names of a batch of synonym pairs, labels them with their concept,
 mines hard triplets on the L2-normalised embeddings and applies a metric-learning loss.
 Settings come from a config file (``training/configs/*.cfg``); the result is saved with
-``SapEncoder.save`` so the linker loads it unchanged.
+``SapEncoder.save`` so the linker loads it unchanged. With ``[training.adapter]`` on, only a
+LoRA adapter trains (``training/adapter.py``) and the saved encoders hold the merged weights.
 """
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import math
 import random
 import resource
 import shutil
+import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Union
 
@@ -22,9 +24,10 @@ import torch
 from confection import Config
 
 from spacy_sapbert.encoder import SapEncoder, select_device
-from spacy_sapbert.fileio import write_json
+from spacy_sapbert.fileio import read_json, write_json
 
 from . import checkpoint as ckpt
+from .adapter import LoraAdapter, count_parameters, merged_copy
 from .data import PairSet, cut_into_batches, plan_from_arrays, plan_to_arrays, read_pair_file, shard
 from .distributed import (
     any_rank,
@@ -44,7 +47,7 @@ SCHEDULES = ("constant", "linear")
 
 @dataclass
 class TrainSettings:
-    """The ``[training]`` block, minus the loss and the miner."""
+    """The ``[training]`` block, minus the loss, the miner and the adapter."""
 
     lr: float = 2e-5
     weight_decay: float = 0.01
@@ -194,6 +197,8 @@ class Trainer:
         seed_everything(self.seed + self.info.rank)
         training = dict(resolved["training"])
         self.loss_fn, self.miner = wrap_loss_and_miner(training.pop("loss"), training.pop("miner"), self.info)
+        # no [training.adapter] block (configs written before it existed) = no adapter
+        self.adapter: Optional[LoraAdapter] = training.pop("adapter", None)
         self.settings = TrainSettings(**training).validate()
         self.data = DataSettings(**resolved["data"])
         self.paths = RunPaths(Path(resolved["paths"]["output"]))
@@ -210,8 +215,14 @@ class Trainer:
         self.pairs: PairSet = read_pair_file(self.data.pairs, lowercase=self.data.lowercase)
 
         model = self.encoder.model
+        if self.adapter is not None:
+            # the encoder trains (and plans batches) through the adapted model; the base weights are frozen
+            model = self.encoder.model = self.adapter.apply(model)
+            self.encoder.invalidate()
         freeze_unused_pooler(model)
+        # with an adapter, freezing the lowest layers leaves their adapter weights out of training
         self.trainable = freeze_lower_layers(model, self.settings.freeze_layers, self.settings.freeze_embeddings)
+        self.total_params = count_parameters(model)[1]
         self.model = wrap_model(model, self.info, self.device)
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=self.settings.lr, weight_decay=self.settings.weight_decay
@@ -260,6 +271,20 @@ class Trainer:
             "world_size": self.info.world_size,
             "scheduler": sched,
             "grad_scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
+            "adapter": self.adapter_description,
+        }
+
+    @property
+    def adapter_description(self) -> Optional[Dict[str, Any]]:
+        return self.adapter.describe() if self.adapter is not None else None
+
+    def parameter_record(self) -> Dict[str, Any]:
+        """Trainable parameters, all parameters (adapter included) and the trainable share in %."""
+        return {
+            "trainable_params": self.trainable,
+            "total_params": self.total_params,
+            "trainable_percent": round(100.0 * self.trainable / max(1, self.total_params), 4),
+            "adapter": self.adapter_description,
         }
 
     def save_checkpoint(self) -> None:
@@ -282,6 +307,12 @@ class Trainer:
         found = ckpt.latest_checkpoint(self.paths.checkpoints)
         if found is None:
             return False
+        written_with = read_json(found / ckpt.STATE_FILE).get("adapter")
+        if written_with != self.adapter_description:
+            raise ValueError(
+                f"{found} was written with [training.adapter] {written_with or 'off'}, this run has "
+                f"{self.adapter_description or 'off'}: resume with the same adapter settings"
+            )
         state = ckpt.load_checkpoint(found, model=self.encoder.model, optimizer=self.optimizer, rank=self.info.rank)
         if state["world_size"] != self.info.world_size:
             raise ValueError(f"{found} was written by {state['world_size']} processes; resume with as many")
@@ -332,12 +363,17 @@ class Trainer:
         log = MetricsLog(self.paths.log, resume_step=resumed_from) if self.info.is_main else None
         if log and not resumed_from:
             log.write({"event": "start", "step": 0, "total_steps": self.total_steps, "pairs": len(self.pairs),
-                       "concepts": len(self.pairs.concepts), "trainable_params": self.trainable,
+                       "concepts": len(self.pairs.concepts), **self.parameter_record(),
                        "precision": self.precision, "device": str(self.device), "world_size": self.info.world_size,
                        "threads": torch.get_num_threads()})
         bar = None
         if self.progress:
             from tqdm import tqdm
+
+            params = self.parameter_record()
+            adapter = ", adapter " + " ".join(f"{k}={v}" for k, v in params["adapter"].items()) if params["adapter"] else ""
+            print(f"training {params['trainable_params']:,} of {params['total_params']:,} parameters "
+                  f"({params['trainable_percent']:.2f}%){adapter}", file=sys.stderr)
 
             bar = tqdm(total=self.total_steps, initial=self.step, desc="self-alignment", unit="step", dynamic_ncols=True)
         self.model.train()
@@ -402,19 +438,28 @@ class Trainer:
             "pairs_seen": self.pairs_seen,
         }
 
-    def _snapshot(self, log: Optional[MetricsLog]) -> None:
+    def output_encoder(self) -> SapEncoder:
+        """The encoder to write out: the trained one, or with an adapter a plain copy with the
+        adapter merged into the base weights (loads without peft; training goes on unchanged)."""
+        self.encoder.invalidate()
+        if self.adapter is None:
+            return self.encoder
+        enc = self.encoder
+        return SapEncoder(merged_copy(enc.model), enc.tokenizer, replace(enc.settings), device=str(self.device),
+                          precision=enc.precision, source=enc.source)
+
+    def _snapshot(self, log: Optional[MetricsLog], encoder: Optional[SapEncoder] = None) -> None:
         """An encoder folder at this point, for accuracy-versus-training-time curves."""
         if self.info.is_main:
-            self.encoder.invalidate()
             path = self.paths.snapshots / f"step-{self.step:08d}"
-            self.encoder.save(path)
+            (encoder or self.output_encoder()).save(path)
             if log:
                 log.write({"event": "snapshot", "step": self.step, "elapsed_s": round(self.elapsed, 3), "path": str(path)})
             self.encoder.model.train()
         barrier(self.info)
 
     def _finish(self, log: Optional[MetricsLog], stopped_early: bool) -> Dict[str, Any]:
-        self.encoder.invalidate()
+        output = self.output_encoder()
         summary = {
             "steps": self.step,
             "total_steps": self.total_steps,
@@ -427,14 +472,14 @@ class Trainer:
             "precision": self.precision,
             "world_size": self.info.world_size,
             "threads": torch.get_num_threads(),
-            "trainable_params": self.trainable,
-            "encoder_fingerprint": self.encoder.fingerprint,
+            **self.parameter_record(),
+            "encoder_fingerprint": output.fingerprint,
             **peak_memory_mb(self.device),
         }
         if self.settings.snapshot_every_minutes > 0:
-            self._snapshot(log)
+            self._snapshot(log, output)
         if self.info.is_main:
-            self.encoder.save(self.paths.model)
+            output.save(self.paths.model)
             write_json(self.paths.output / "summary.json", summary)
             if log:
                 log.write({"event": "end", **summary})

@@ -13,8 +13,6 @@ from typing import Dict, List, Mapping, Sequence, Union
 from ..fileio import atomic_open
 from .datasets import BENCHMARKS
 
-START_MARKER = "<!-- EVALUATION-TABLE:START -->"
-END_MARKER = "<!-- EVALUATION-TABLE:END -->"
 TABLE_KEYS = (
     "n_queries",
     "lenient_acc@1",
@@ -114,23 +112,25 @@ def render_table(results: Sequence[Mapping[str, object]], machine: Mapping[str, 
     return "\n".join(lines)
 
 
-def replace_between_markers(text: str, content: str, source: str = "README") -> str:
-    """``text`` with everything between the two markers replaced by ``content``."""
-    start = text.find(START_MARKER)
-    end = text.find(END_MARKER)
+def replace_between_markers(text: str, content: str, source: str = "README", block: str = "EVALUATION-TABLE") -> str:
+    """``text`` with everything between ``<!-- {block}:START -->`` and ``<!-- {block}:END -->``
+    replaced by ``content``."""
+    start_marker, end_marker = f"<!-- {block}:START -->", f"<!-- {block}:END -->"
+    start = text.find(start_marker)
+    end = text.find(end_marker)
     if start < 0 or end < 0 or end < start:
-        raise ValueError(f"{source}: needs the markers {START_MARKER} and {END_MARKER}, in that order")
-    if text.count(START_MARKER) != 1 or text.count(END_MARKER) != 1:
-        raise ValueError(f"{source}: each evaluation-table marker must appear exactly once")
-    head = text[: start + len(START_MARKER)]
+        raise ValueError(f"{source}: needs the markers {start_marker} and {end_marker}, in that order")
+    if text.count(start_marker) != 1 or text.count(end_marker) != 1:
+        raise ValueError(f"{source}: each {block} marker must appear exactly once")
+    head = text[: start + len(start_marker)]
     return head + "\n" + content.strip("\n") + "\n" + text[end:]
 
 
-def update_readme(path: Union[str, Path], content: str) -> None:
-    """Rewrite the table between the markers in ``path``, atomically."""
+def update_readme(path: Union[str, Path], content: str, block: str = "EVALUATION-TABLE") -> None:
+    """Rewrite one generated block of ``path`` (see ``replace_between_markers``), atomically."""
     path = Path(path)
     text = path.read_text(encoding="utf8")
-    new = replace_between_markers(text, content, str(path))
+    new = replace_between_markers(text, content, str(path), block)
     if new != text:
         with atomic_open(path) as f:
             f.write(new)

@@ -1,0 +1,233 @@
+"""UMLS-scale search: a KB the size of the MedMentions UMLS dictionary on a laptop.
+
+    python benchmarks/umls_scale.py --names 7500000       # the issue's size (encoding: hours on 2 cores)
+    python benchmarks/umls_scale.py --names 1000000       # what one session here can encode
+
+Names: the open bundle's names (MeSH, MONDO, HPO, DOID, EFO, GO; ``spacy project run preprocess``)
+and, past its ~1.09M names, UMLS-style variants of them ("x, nos", "x (disorder)", "history of x",
+...) that belong to the same concept, the way UMLS atoms vary. Every vector is a real encoder output
+(encoding is resumable: kill it and run the same command again). Queries are real mentions: the
+test mentions of NCBI-disease, BC5CDR-disease and BC5CDR-chemical (recall is reported on them);
+the train/dev mentions tune IVF's ``nprobe``.
+
+Per index kind: build seconds and file size, then in a fresh process: load seconds (memory-mapped),
+resident memory after loading and searching, query ms and recall@5 against exact search. Finally
+the whole KB folder (names, concepts, chosen index) is loaded by ``LinkingKB.from_disk`` in a fresh
+process: ``load_s``, ``rss_mb``. Prints JSON; ``benchmarks/speed.py`` (without ``--quick``) stores it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence
+
+import numpy as np
+import typer
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLE = ROOT / "corpus" / "open_bundle.concepts.jsonl"
+# UMLS-like atom variants: the same concept written the ways other vocabularies write it
+VARIANTS = (
+    "{}, nos", "{} (disorder)", "history of {}", "{} unspecified", "[x]{}", "suspected {}",
+    "{} (finding)", "chronic {}", "{}, not otherwise specified", "acute {}", "familial {}", "{} (substance)",
+)
+KINDS = ("flat", "flat-fp16", "sq8", "ivf-sq8", "ivf-fp16", "hnsw")
+
+
+def rss_mb() -> float:
+    """Resident memory now (not the peak), from /proc."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def scaled_records(bundle: Path, n_names: int) -> Iterator:
+    """The bundle's concepts; variants of their names are added round by round until the KB
+    would reach ``n_names`` names (fewer bundle names are kept when ``n_names`` is smaller)."""
+    from spacy_sapbert.ontologies import read_concepts
+    from spacy_sapbert.records import ConceptRecord
+
+    records = list(read_concepts(bundle, "jsonl"))
+    total = sum(len(r.all_names) for r in records)
+    budget = n_names - total
+    extra: Dict[int, List[str]] = {}
+    for template in VARIANTS:
+        if budget <= 0:
+            break
+        for i, r in enumerate(records):
+            for name in r.all_names:
+                if budget <= 0:
+                    break
+                extra.setdefault(i, []).append(template.format(name))
+                budget -= 1
+    kept = 0
+    for i, r in enumerate(records):
+        names = r.all_names
+        if n_names < total:
+            if kept >= n_names:
+                return
+            names = names[: n_names - kept]
+        kept += len(names)
+        yield ConceptRecord(id=r.id, name=names[0], synonyms=list(names[1:]) + extra.get(i, []), types=r.types, xrefs=r.xrefs)
+
+
+def query_strings(splits: Sequence[str], limit: int, seed: int = 0) -> List[str]:
+    """Up to ``limit`` distinct normalised mentions of the three benchmarks' ``splits`` (real
+    query text), a seeded sample when there are more."""
+    from spacy_sapbert.evaluation.datasets import load_split
+    from spacy_sapbert.normalize import normalize_name
+
+    out = set()
+    for dataset in ("ncbi-disease", "bc5cdr-disease", "bc5cdr-chemical"):
+        for split in splits:
+            out.update(normalize_name(m.text) for d in load_split(dataset, split) for m in d.mentions)
+    ordered = sorted(out)
+    if len(ordered) <= limit:
+        return ordered
+    return [ordered[i] for i in sorted(np.random.default_rng(seed).choice(len(ordered), limit, replace=False))]
+
+
+def probe(folder: Path, queries: Path, k: int, whole_kb: bool) -> Dict[str, float]:
+    """Run in a fresh process: load (memory-mapped), search, measure time and resident memory."""
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    from spacy_sapbert.index import VectorIndex
+    from spacy_sapbert.search import LinkingKB
+
+    q = np.load(queries, allow_pickle=False)
+    base = rss_mb()
+    t0 = time.perf_counter()
+    lkb = LinkingKB.from_disk(folder) if whole_kb else None
+    index = lkb.index if lkb is not None else VectorIndex.from_disk(folder)
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if lkb is not None:
+        lkb.candidates(q, top_k=k)
+        _, rows = lkb.search_names(q, k)
+    else:
+        _, rows = index.search(q, k)
+    search_s = time.perf_counter() - t0
+    np.save(folder / "probe_rows.npy", rows, allow_pickle=False)
+    return {
+        "load_s": round(load_s, 3),
+        "query_ms": round(1000 * search_s / len(q), 3),
+        "rss_mb": round(rss_mb(), 1),
+        "rss_before_load_mb": round(base, 1),
+    }  # (no ru_maxrss: on Linux a child started by a big parent inherits the parent's peak)
+
+
+def run_probe(folder: Path, queries: Path, k: int, whole_kb: bool = False) -> Dict[str, float]:
+    cmd = [sys.executable, str(Path(__file__)), "--probe", str(folder), "--queries", str(queries), "--k", str(k)]
+    out = subprocess.run(cmd + (["--whole-kb"] if whole_kb else []), check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def folder_mb(path: Path) -> float:
+    return round(sum(f.stat().st_size for f in path.iterdir() if f.is_file() and f.suffix != ".npy") / 2**20, 1)
+
+
+def measure(
+    n_names: int, work: Path, kinds: Sequence[str], encoder_path: Optional[str], threads: int, k: int = 5,
+    n_queries: int = 2000,
+) -> Dict[str, object]:
+    import faiss
+    import torch
+
+    from spacy_sapbert.encoder import SapEncoder
+    from spacy_sapbert.fileio import read_json, write_json
+    from spacy_sapbert.index import VectorIndex, auto_index_kind, exact_top_k, recall_at_k, tune_nprobe
+    from spacy_sapbert.kb import ConceptKB
+    from spacy_sapbert.search import LinkingKB, encode_chunks
+
+    torch.set_num_threads(threads)
+    faiss.omp_set_num_threads(threads)
+    encoder = SapEncoder.load(encoder_path)
+    t0 = time.perf_counter()
+    kb = ConceptKB.from_records(scaled_records(BUNDLE, n_names))
+    typer.echo(f"KB: {kb.n_names:,} names, {len(kb):,} concepts ({time.perf_counter() - t0:.0f} s)", err=True)
+    work = work / f"names-{kb.n_names}-{encoder.fingerprint[:12]}"
+    t0 = time.perf_counter()
+    files = encode_chunks(encoder, kb.names, kb.fingerprint, work / "chunks", progress=True, batch_size=256)
+    encode_s = time.perf_counter() - t0
+    chunks = [np.load(f, mmap_mode="r", allow_pickle=False) for f in files]
+
+    tune_q = encoder.encode(query_strings(("train", "dev"), n_queries))
+    test_q = encoder.encode(query_strings(("test",), n_queries))
+    np.save(work / "test_queries.npy", test_q, allow_pickle=False)
+    t0 = time.perf_counter()
+    exact_test = exact_top_k(chunks, test_q, k)
+    exact_tune = exact_top_k(chunks, tune_q, k)
+    typer.echo(f"exact top-{k} of {len(test_q) + len(tune_q):,} queries: {time.perf_counter() - t0:.0f} s", err=True)
+
+    results: Dict[str, Dict[str, object]] = {}
+    for kind in kinds:
+        folder = work / f"index-{kind}"
+        if (folder / "build.json").is_file():  # built by an earlier run: measure it again
+            row: Dict[str, object] = read_json(folder / "build.json")
+        else:
+            t0 = time.perf_counter()
+            index = VectorIndex.build(chunks, kind=kind)
+            row = {"build_s": round(time.perf_counter() - t0, 1)}
+            if "nprobe" in index.meta:  # the smallest nprobe reaching recall 0.99 on the tuning queries
+                nprobe, tuned = tune_nprobe(index, tune_q, exact_tune)
+                row.update(nprobe=nprobe, tune_recall_at_5=round(tuned, 4))
+            index.to_disk(folder)
+            del index
+            row["file_mb"] = folder_mb(folder)
+            write_json(folder / "build.json", row)
+        row.update(run_probe(folder, work / "test_queries.npy", k))
+        row["recall_at_5"] = round(recall_at_k(np.load(folder / "probe_rows.npy"), exact_test), 4)
+        results[kind] = row
+        typer.echo(f"{kind}: {row}", err=True)
+
+    chosen = auto_index_kind(kb.n_names)
+    whole = work / "linking-kb"
+    if chosen in results and not (whole / "meta.json").is_file():
+        LinkingKB.assemble(kb, VectorIndex.from_disk(work / f"index-{chosen}", mmap=False), encoder).to_disk(whole)
+    out: Dict[str, object] = {
+        "names": kb.n_names,
+        "concepts": len(kb),
+        "encoder": encoder.describe(),
+        "encode_s_this_run": round(encode_s, 1),
+        "test_queries": int(len(test_q)),
+        "tune_queries": int(len(tune_q)),
+        "kinds": results,
+        "auto_kind": chosen,
+    }
+    if chosen in results:
+        whole_row = run_probe(whole, work / "test_queries.npy", k, whole_kb=True)
+        out.update(
+            load_s=whole_row["load_s"],
+            rss_mb=whole_row["rss_mb"],
+            recall_at_5=round(recall_at_k(np.load(whole / "probe_rows.npy"), exact_test), 4),
+            whole_kb=whole_row,
+        )
+    write_json(work / "result.json", out)
+    return out
+
+
+def main(
+    names: int = typer.Option(7_500_000, help="KB size in names (bundle names first, then variants)"),
+    kinds: List[str] = typer.Option(list(KINDS), "--kind", help="index kinds to compare"),
+    work: Path = typer.Option(ROOT / "corpus" / "cache" / "umls-scale", help="encoding chunks and indexes (resumable)"),
+    encoder: Optional[str] = typer.Option(None, help="encoder folder (default: the offline MiniLM)"),
+    threads: int = typer.Option(1, help="torch and FAISS threads"),
+    queries_per_set: int = typer.Option(2000, help="test mentions (recall) and train/dev mentions (nprobe tuning)"),
+    probe_folder: Optional[Path] = typer.Option(None, "--probe", hidden=True),
+    queries: Optional[Path] = typer.Option(None, hidden=True),
+    k: int = typer.Option(5, hidden=True),
+    whole_kb: bool = typer.Option(False, hidden=True),
+) -> None:
+    """Build and measure KB indexes at UMLS scale; prints JSON."""
+    if probe_folder is not None:
+        typer.echo(json.dumps(probe(probe_folder, queries, k, whole_kb)))
+        return
+    typer.echo(json.dumps(measure(names, work, kinds, encoder, threads, n_queries=queries_per_set), indent=2))
+
+
+if __name__ == "__main__":
+    typer.run(main)

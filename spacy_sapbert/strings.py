@@ -1,0 +1,266 @@
+"""Read-only string tables that load memory-mapped: millions of strings, no Python objects.
+
+A table is two ``.npy`` files: ``<name>.utf8.npy``, the strings joined by ``"\\x1f"`` and
+encoded as UTF-8 (uint8), and ``<name>.starts.npy`` (int64, n + 1 values), where string ``i``
+starts; ``starts[n]`` is where a next string would start, so string ``i`` is
+``blob[starts[i]:starts[i + 1] - 1]``. The separator is not needed for decoding (the starts
+are), but it makes the blob byte-for-byte ``"\\x1f".join(strings).encode()``, which is what
+the KB fingerprint hashes, so the hash is computed from the mapped bytes directly.
+"""
+from __future__ import annotations
+
+import operator
+from pathlib import Path
+from typing import Iterator, List, Sequence, Tuple, Union, overload
+
+import numpy as np
+
+from .fileio import atomic_open
+
+SEP = "\x1f"
+_CHUNK = 65_536  # strings decoded at once when iterating or slicing
+PathLike = Union[str, Path]
+
+
+def table_files(prefix: PathLike) -> Tuple[Path, Path]:
+    """The blob and starts file of the table ``prefix`` (a path without suffix)."""
+    prefix = Path(prefix)
+    return prefix.with_name(prefix.name + ".utf8.npy"), prefix.with_name(prefix.name + ".starts.npy")
+
+
+def load_npy(path: Path, mmap: bool = True) -> np.ndarray:
+    """``np.load`` without pickles; a truncated or garbled file is an error naming it."""
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except FileNotFoundError:
+        raise
+    except (ValueError, OSError, EOFError) as e:
+        raise ValueError(f"{path}: not a readable .npy file, truncated or damaged ({e})") from e
+
+
+def save_npy(path: Path, arr: np.ndarray) -> None:
+    with atomic_open(path, "wb") as f:
+        np.save(f, arr, allow_pickle=False)
+
+
+class StringTable(Sequence[str]):
+    """``n`` strings over a UTF-8 blob and its starts (see the module docstring).
+
+    Indexing returns ``str``; slicing returns a ``list`` of ``str``. Nothing is decoded
+    until asked for, so a memory-mapped table of millions of names opens instantly.
+    """
+
+    def __init__(self, blob: np.ndarray, starts: np.ndarray, where: str = "string table"):
+        if blob.ndim != 1 or blob.dtype != np.uint8:
+            raise ValueError(f"{where}: the blob must be 1-D uint8, got {blob.dtype} with shape {blob.shape}")
+        if starts.ndim != 1 or starts.dtype != np.dtype(np.int64) or len(starts) < 1:
+            raise ValueError(f"{where}: the starts must be 1-D native int64 with n + 1 values, got {starts.dtype} {starts.shape}")
+        n = len(starts) - 1
+        first, last = int(starts[0]), int(starts[-1])
+        if first != 0 or last != len(blob) + (1 if n else 0):
+            raise ValueError(
+                f"{where}: the starts ({n} strings, first {first}, last {last}) do not fit the blob "
+                f"({len(blob)} bytes): truncated or mismatched files"
+            )
+        self._blob = blob
+        self._starts = starts
+        self._bytes = memoryview(blob)
+        self._at = memoryview(np.asarray(starts))  # indexing it gives Python ints, fast
+        self._n = n
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_strings(cls, strings: Sequence[str]) -> "StringTable":
+        blob, starts = _encode(strings)
+        return cls(blob, starts)
+
+    @classmethod
+    def load(cls, prefix: PathLike, mmap: bool = True) -> "StringTable":
+        blob_path, starts_path = table_files(prefix)
+        return cls(load_npy(blob_path, mmap), load_npy(starts_path, mmap), where=f"{blob_path} / {starts_path.name}")
+
+    @staticmethod
+    def save(strings: Sequence[str], prefix: PathLike) -> None:
+        """Write ``strings`` (a table or any sequence of str) as the table ``prefix``, each file atomically."""
+        if isinstance(strings, StringTable):
+            blob, starts = strings._blob, strings._starts
+        else:
+            blob, starts = _encode(strings)
+        blob_path, starts_path = table_files(prefix)
+        save_npy(blob_path, blob)
+        save_npy(starts_path, starts)
+
+    def joined_bytes(self) -> memoryview:
+        """``"\\x1f".join(self).encode()``, without decoding anything."""
+        return self._bytes
+
+    # ------------------------------------------------------------------ Sequence
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> List[str]: ...
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            start, stop, step = i.indices(self._n)
+            if step == 1:
+                return list(self._run(start, stop))
+            rows = np.arange(start, stop, step)
+            if not len(rows):
+                return []
+            starts = np.asarray(self._starts)
+            ends = starts[rows + 1] - 1
+            mv = self._bytes
+            return [str(mv[a:b], "utf8") for a, b in zip(starts[rows].tolist(), ends.tolist())]
+        j = operator.index(i)
+        if j < 0:
+            j += self._n
+        if not 0 <= j < self._n:
+            raise IndexError(f"string table index {i} out of range for {self._n} strings")
+        return str(self._bytes[self._at[j] : self._at[j + 1] - 1], "utf8")
+
+    def __iter__(self) -> Iterator[str]:
+        return self._run(0, self._n)
+
+    def _run(self, start: int, stop: int) -> Iterator[str]:
+        """Strings ``start:stop``, decoded a chunk at a time and split on the separator
+        (string by string for a chunk where some string contains the separator itself)."""
+        at, mv = self._at, self._bytes
+        for lo in range(start, stop, _CHUNK):
+            hi = min(lo + _CHUNK, stop)
+            parts = str(mv[at[lo] : at[hi] - 1], "utf8").split(SEP)
+            if len(parts) != hi - lo:
+                parts = [str(mv[at[j] : at[j + 1] - 1], "utf8") for j in range(lo, hi)]
+            yield from parts
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StringTable):
+            return self._n == other._n and self._bytes == other._bytes and np.array_equal(self._starts, other._starts)
+        if isinstance(other, list):
+            return self._n == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __getstate__(self) -> dict:  # memoryviews do not pickle; the arrays do (as copies)
+        return {"blob": np.asarray(self._blob), "starts": np.asarray(self._starts)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["blob"], state["starts"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"<StringTable of {self._n} strings, {len(self._blob)} bytes>"
+
+
+class ListTable(Sequence[List[str]]):
+    """Per row a list of strings (a concept's types or xrefs): all items in one
+    ``StringTable`` and, in ``<name>.rows.npy`` (int64, n + 1 values), where each row's
+    items start, so row ``i`` is ``items[rows[i]:rows[i + 1]]``. Rows are decoded when read."""
+
+    def __init__(self, items: StringTable, rows: np.ndarray, where: str = "list table"):
+        if rows.ndim != 1 or rows.dtype != np.dtype(np.int64) or len(rows) < 1:
+            raise ValueError(f"{where}: the rows must be 1-D native int64 with n + 1 values, got {rows.dtype} {rows.shape}")
+        if int(rows[0]) != 0 or int(rows[-1]) != len(items):
+            raise ValueError(
+                f"{where}: the rows ({len(rows) - 1}, last ending at item {int(rows[-1])}) do not fit the "
+                f"{len(items)} items: truncated or mismatched files"
+            )
+        self.items = items
+        self._rows = rows
+        self._at = memoryview(np.asarray(rows))
+        self._n = len(rows) - 1
+
+    @classmethod
+    def from_lists(cls, rows: Sequence[Sequence[str]]) -> "ListTable":
+        items, bounds = _flatten(rows)
+        return cls(StringTable.from_strings(items), bounds)
+
+    @classmethod
+    def load(cls, prefix: PathLike, mmap: bool = True) -> "ListTable":
+        rows_path = _rows_file(prefix)
+        items = StringTable.load(prefix, mmap)
+        return cls(items, load_npy(rows_path, mmap), where=f"{rows_path} / {' / '.join(p.name for p in table_files(prefix))}")
+
+    @staticmethod
+    def save(rows: Sequence[Sequence[str]], prefix: PathLike) -> None:
+        """Write ``rows`` (a ``ListTable`` or any sequence of lists of str) as the table ``prefix``."""
+        if isinstance(rows, ListTable):
+            items, bounds = rows.items, rows._rows
+        else:
+            items, bounds = _flatten(rows)  # type: ignore[assignment]
+        StringTable.save(items, prefix)
+        save_npy(_rows_file(prefix), bounds)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            start, stop, step = i.indices(self._n)
+            if step == 1:
+                return list(self._run(start, stop))
+            return [self[j] for j in range(start, stop, step)]
+        j = operator.index(i)
+        if j < 0:
+            j += self._n
+        if not 0 <= j < self._n:
+            raise IndexError(f"list table index {i} out of range for {self._n} rows")
+        return self.items[self._at[j] : self._at[j + 1]]
+
+    def __iter__(self) -> Iterator[List[str]]:
+        return self._run(0, self._n)
+
+    def _run(self, start: int, stop: int) -> Iterator[List[str]]:
+        at = self._at
+        for lo in range(start, stop, _CHUNK):
+            hi = min(lo + _CHUNK, stop)
+            first = at[lo]
+            flat = self.items[first : at[hi]]
+            bounds = at[lo : hi + 1].tolist()
+            yield from (flat[a - first : b - first] for a, b in zip(bounds, bounds[1:]))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (ListTable, list)):
+            return len(self) == len(other) and all(a == list(b) for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __getstate__(self) -> dict:
+        return {"items": self.items, "rows": np.asarray(self._rows)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["items"], state["rows"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"<ListTable of {self._n} rows, {len(self.items)} items>"
+
+
+def _rows_file(prefix: PathLike) -> Path:
+    prefix = Path(prefix)
+    return prefix.with_name(prefix.name + ".rows.npy")
+
+
+def _flatten(rows: Sequence[Sequence[str]]) -> Tuple[List[str], np.ndarray]:
+    items = [x for row in rows for x in row]
+    bounds = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)), out=bounds[1:])
+    return items, bounds
+
+
+def _encode(strings: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+    """The blob and starts of ``strings``."""
+    n = len(strings)
+    joined = SEP.join(strings)
+    blob = np.frombuffer(joined.encode("utf8"), dtype=np.uint8)
+    if joined.isascii():
+        sizes = np.fromiter(map(len, strings), dtype=np.int64, count=n)
+    else:
+        sizes = np.fromiter((len(s.encode("utf8")) for s in strings), dtype=np.int64, count=n)
+    starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(sizes + 1, out=starts[1:])
+    return blob, starts
