@@ -166,21 +166,22 @@ def measure(
     results: Dict[str, Dict[str, object]] = {}
     for kind in kinds:
         folder = work / f"index-{kind}"
-        if (folder / "build.json").is_file():  # built by an earlier run: measure it again
-            row: Dict[str, object] = read_json(folder / "build.json")
-        else:
-            t0 = time.perf_counter()
-            index = VectorIndex.build(chunks, kind=kind)
-            row = {"build_s": round(time.perf_counter() - t0, 1)}
-            if "nprobe" in index.meta:  # the smallest nprobe reaching recall 0.99 on the tuning queries
-                nprobe, tuned = tune_nprobe(index, tune_q, exact_tune)
-                row.update(nprobe=nprobe, tune_recall_at_5=round(tuned, 4))
-            index.to_disk(folder)
-            del index
-            row["file_mb"] = folder_mb(folder)
-            write_json(folder / "build.json", row)
+        if (folder / "measured.json").is_file():  # built and measured by an earlier run
+            results[kind] = read_json(folder / "measured.json")
+            typer.echo(f"{kind} (measured earlier): {results[kind]}", err=True)
+            continue
+        t0 = time.perf_counter()
+        index = VectorIndex.build(chunks, kind=kind)
+        row: Dict[str, object] = {"build_s": round(time.perf_counter() - t0, 1)}
+        if "nprobe" in index.meta:  # the smallest nprobe reaching recall 0.99 on the tuning queries
+            nprobe, tuned = tune_nprobe(index, tune_q, exact_tune)
+            row.update(nprobe=nprobe, tune_recall_at_5=round(tuned, 4))
+        index.to_disk(folder)
+        del index
+        row["file_mb"] = folder_mb(folder)
         row.update(run_probe(folder, work / "test_queries.npy", k))
         row["recall_at_5"] = round(recall_at_k(np.load(folder / "probe_rows.npy"), exact_test), 4)
+        write_json(folder / "measured.json", row)
         results[kind] = row
         typer.echo(f"{kind}: {row}", err=True)
 

@@ -251,3 +251,35 @@ def test_exact_search_device_path_gives_the_same_rows(monkeypatch):
     assert index._device_base is not None and index._device_base.dtype == torch.float16
     assert (rows[:, 0] == expected[1][:, 0]).all()
     np.testing.assert_allclose(scores, expected[0], atol=2e-3)
+
+
+@pytest.mark.parametrize("kind", ["ivf-sq8", "ivf-fp16"])
+def test_ivf_lists_assigned_with_torch_match_faiss_own_add(kind):
+    import faiss
+
+    data = _unit_vectors(6000, 16, seed=8, clusters=40)
+    ours = VectorIndex.build([data[:2500], data[2500:]], kind=kind)
+    theirs = faiss.clone_index(ours.index)
+    theirs.reset()
+    theirs.add(data)  # FAISS assigning the lists itself, same centroids
+    ivf = faiss.extract_index_ivf(theirs)
+    ivf.nprobe = ours.meta["nprobe"]
+    assert theirs.ntotal == len(ours) == 6000
+    sizes = [faiss.extract_index_ivf(ours.index).invlists.list_size(i) for i in range(ivf.nlist)]
+    assert sizes == [ivf.invlists.list_size(i) for i in range(ivf.nlist)]
+    np.testing.assert_array_equal(ours.search(data[:50], 5)[1], theirs.search(data[:50], 5)[1])
+
+
+def test_auto_kind_is_exact_up_to_a_million_names_then_ivf_with_a_probed_eighth():
+    from spacy_sapbert.index import auto_index_kind, default_nprobe
+
+    assert auto_index_kind(1_000_000) == "flat" and auto_index_kind(1_000_001) == "ivf-fp16"
+    assert default_nprobe(3916) == 489 and default_nprobe(100) == 32 and default_nprobe(10) == 10
+    index = VectorIndex.build(_unit_vectors(4000, 16, seed=9), kind="ivf-fp16")
+    assert index.meta["nprobe"] == default_nprobe(faiss_nlist(index))
+
+
+def faiss_nlist(index: VectorIndex) -> int:
+    import faiss
+
+    return int(faiss.extract_index_ivf(index.index).nlist)
