@@ -74,7 +74,11 @@ class LinkingKB:
         where it stopped (only if the KB and the encoder are the same).
         """
         kb = source if isinstance(source, ConceptKB) else ConceptKB.from_records(source)
-        vectors = encode_resumable(encoder, kb.names, kb.fingerprint, batch_size, progress, work_dir, chunk_size)
+        if work_dir is None:
+            vectors: Union[np.ndarray, List[np.ndarray]] = encoder.encode(list(kb.names), batch_size=batch_size, progress=progress)
+        else:  # the index reads the memory-mapped chunks: millions of vectors never sit in memory twice
+            files = encode_chunks(encoder, kb.names, kb.fingerprint, work_dir, batch_size, progress, chunk_size)
+            vectors = [np.load(f, mmap_mode="r", allow_pickle=False) for f in files] or np.zeros((0, encoder.dim), np.float32)
         return cls.assemble(kb, VectorIndex.build(vectors, kind=index_kind), encoder)
 
     @classmethod
@@ -158,24 +162,6 @@ class LinkingKB:
         if kb.fingerprint != meta["kb_fingerprint"]:
             raise ValueError(f"{path}: the name table does not match the one the index was built from; rebuild the KB")
         return cls(kb, VectorIndex.from_disk(path, mmap=mmap), meta)
-
-
-def encode_resumable(
-    encoder: SapEncoder,
-    names: Sequence[str],
-    kb_fingerprint: str,
-    batch_size: int = 256,
-    progress: bool = False,
-    work_dir: Optional[Union[str, Path]] = None,
-    chunk_size: int = 50_000,
-) -> np.ndarray:
-    """Encode ``names`` chunk by chunk; with ``work_dir``, finished chunks survive a crash."""
-    if work_dir is None:
-        return encoder.encode(list(names), batch_size=batch_size, progress=progress)
-    files = encode_chunks(encoder, names, kb_fingerprint, work_dir, batch_size, progress, chunk_size)
-    if not files:
-        return np.zeros((0, encoder.dim), np.float32)
-    return np.concatenate([np.load(f, allow_pickle=False) for f in files])
 
 
 def encode_chunks(
