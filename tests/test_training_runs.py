@@ -28,7 +28,8 @@ from safetensors.torch import load_file
 
 from spacy_sapbert.encoder import SapEncoder
 from training.config import load_config
-from training.dev_eval import Mention, accuracy_at_1, read_pubtator_mentions
+from spacy_sapbert.evaluation.datasets import Mention, read_pubtator
+from training.dev_eval import accuracy_at_1
 from training.trainer import Trainer, train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,7 +131,7 @@ def held_out_accuracy(model_path: Path, ontology) -> float:
     _, _, held_out, canonical = ontology
     encoder = SapEncoder.load(model_path, device="cpu")
     ids = [frozenset([c]) for c in canonical]
-    mentions = [Mention(n, frozenset([c])) for c, ns in held_out.items() for n in ns]
+    mentions = [Mention("", 0, len(n), n, "", (c,)) for c, ns in held_out.items() for n in ns]
     return accuracy_at_1(encoder, list(canonical.values()), ids, mentions)["lenient_acc@1"] / 100
 
 
@@ -236,12 +237,11 @@ def test_ddp_on_gloo_with_two_processes_matches_one_process(setup, tmp_path):
         torch.testing.assert_close(a[k], b[k], rtol=1e-3, atol=1e-4)
 
 
-PUBTATOR = """\
-1|t|A title.
-1|a|An abstract.
-1\t0\t5\t{m1}\tDisease\t{c1}
-1\t6\t9\t{m2}\tDisease\t{c2}|{c3}
-"""
+def pubtator_doc(pmid: int, m1: str, c1: str, m2: str, c2: str, c3: str) -> str:
+    """One document whose title holds both mentions, at the offsets the annotations give."""
+    s2 = len(m1) + len(" and ")
+    return (f"{pmid}|t|{m1} and {m2}\n{pmid}|a|An abstract.\n"
+            f"{pmid}\t0\t{len(m1)}\t{m1}\tDisease\t{c1}\n{pmid}\t{s2}\t{s2 + len(m2)}\t{m2}\tDisease\t{c2}|{c3}\n\n")
 
 
 def test_finetune_entry_point_trains_on_mention_name_pairs(setup, ontology, tmp_path):
@@ -250,9 +250,9 @@ def test_finetune_entry_point_trains_on_mention_name_pairs(setup, ontology, tmp_
     corpus = tmp_path / "task.txt"
     with open(corpus, "w") as f:
         for i, (cid, names) in enumerate(held_out.items()):
-            f.write(PUBTATOR.format(m1=names[0], c1=cid, m2=names[1], c2=cid, c3="C999").replace("1", str(i + 100), 1))
-    mentions = read_pubtator_mentions(corpus)
-    assert len(mentions) == 2 * len(held_out) and mentions[1].ids == {f"MESH:{list(held_out)[0]}", "MESH:C999"}
+            f.write(pubtator_doc(i + 100, m1=names[0], c1=cid, m2=names[1], c2=cid, c3="C999"))
+    mentions = [m for d in read_pubtator(corpus) for m in d.mentions]
+    assert len(mentions) == 2 * len(held_out) and set(mentions[1].ids) == {f"MESH:{list(held_out)[0]}", "MESH:C999"}
     pairs = tmp_path / "task_pairs.txt"
     with open(pairs, "w") as f:
         for m in mentions:

@@ -11,70 +11,21 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import typer
 
-from spacy_sapbert.evaluation.datasets import DEFAULT_DATA_DIR
+from spacy_sapbert.evaluation.datasets import DEFAULT_DATA_DIR, Mention, dictionary_records, load_split
 from spacy_sapbert.normalize import normalize_name
-from spacy_sapbert.ontologies.medic import prefixed_id, read_medic_dictionary
 from spacy_sapbert.records import ConceptRecord
 
 from .runlog import read_log
 
-QUICK_DATASETS = {
-    "ncbi-disease": ("pubtator", "ncbi-disease/NCBItestset_corpus.txt"),
-    "bc5cdr-disease": ("concept", "bc5cdr/disease/test.concept"),
-}
-MEDIC = "medic/medic_06Jul2012.txt"
-
-
-@dataclass(frozen=True)
-class Mention:
-    text: str
-    ids: FrozenSet[str]
-
-
-def gold_ids(raw: str) -> FrozenSet[str]:
-    """``D001943|D010051`` or ``D01+D02`` → prefixed ids; ``-1`` (not linkable) → empty."""
-    parts = [p for chunk in raw.split("|") for p in chunk.split("+")]
-    return frozenset(prefixed_id(p) for p in parts if p.strip() and p.strip() != "-1")
-
-
-def read_pubtator_mentions(path: Union[str, Path], types: Optional[Sequence[str]] = None) -> List[Mention]:
-    """Annotation lines ``PMID<TAB>start<TAB>end<TAB>mention<TAB>type<TAB>ID``."""
-    out = []
-    with open(path, encoding="utf8") as f:
-        for line in f:
-            cols = line.rstrip("\n").split("\t")
-            if len(cols) >= 6 and cols[1].isdigit():
-                if types is not None and cols[4] not in types:
-                    continue
-                ids = gold_ids(cols[5])
-                if ids:
-                    out.append(Mention(cols[3], ids))
-    return out
-
-
-def read_concept_mentions(path: Union[str, Path]) -> List[Mention]:
-    """BioSyn ``.concept`` lines ``pmid||start|end||type||mention||ID``."""
-    out = []
-    with open(path, encoding="utf8") as f:
-        for line in f:
-            cols = line.rstrip("\n").split("||")
-            if len(cols) == 5:
-                ids = gold_ids(cols[4])
-                if ids:
-                    out.append(Mention(cols[3], ids))
-    return out
-
-
 def load_mentions(dataset: str, data_dir: Path = DEFAULT_DATA_DIR) -> List[Mention]:
-    kind, rel = QUICK_DATASETS[dataset]
-    return read_pubtator_mentions(data_dir / rel) if kind == "pubtator" else read_concept_mentions(data_dir / rel)
+    """The raw linkable test mentions of a benchmark (no preprocessing: the quick metric)."""
+    return [m for d in load_split(dataset, "test", data_dir) for m in d.mentions if m.ids]
 
 
 def name_table(records: Iterable[ConceptRecord]) -> Tuple[List[str], List[FrozenSet[str]]]:
@@ -101,7 +52,7 @@ def accuracy_at_1(
     index.add(np.ascontiguousarray(name_vectors, dtype=np.float32))
     queries = encoder.encode([normalize_name(m.text) for m in mentions], batch_size=batch_size)
     _, rows = index.search(np.ascontiguousarray(queries, dtype=np.float32), 1)
-    hits = [bool(name_ids[r] & m.ids) for r, m in zip(rows[:, 0], mentions)]
+    hits = [not name_ids[r].isdisjoint(m.ids) for r, m in zip(rows[:, 0], mentions)]
     return {"lenient_acc@1": 100 * float(np.mean(hits)) if hits else 0.0, "n": len(hits)}
 
 
@@ -127,7 +78,7 @@ def minutes_of(model: str) -> Optional[float]:
 def quick_scores(model: str, datasets: Sequence[str], data_dir: Path, precision: str) -> Iterator[Dict[str, object]]:
     from spacy_sapbert.encoder import SapEncoder
 
-    names, name_ids = name_table(read_medic_dictionary(data_dir / MEDIC))
+    names, name_ids = name_table(dictionary_records("ncbi-disease", data_dir))
     encoder = SapEncoder.load(None if model == "minilm" else model, device="cpu", precision=precision)
     vectors = encoder.encode(names, batch_size=256)
     for d in datasets:
