@@ -4,7 +4,8 @@
     python benchmarks/speed.py --umls-names 7500000   # adds the UMLS-scale part (benchmarks/umls_scale.py)
 
 Measures, with the default encoder (offline MiniLM, default precision) and the MEDIC 2012 KB:
-* ``names_per_s``: dictionary encoding with the default precision, and per precision (fp32 / bf16 / int8);
+* ``names_per_s``: dictionary encoding with the default precision, and per precision (fp32 / bf16 /
+  int8, and ONNX Runtime int8 where ``onnxruntime`` and ``onnx`` are installed: ``onnx_int8.py``);
 * for each precision, lenient Acc@1 of raw NCBI-disease test mentions against MEDIC (a speed-side
   sanity check, not the paper's protocol: see ``benchmarks/evaluate_all.py``) and top-5 overlap with fp32;
 * ``mentions_per_s``: ``nlp.pipe`` over the NCBI-disease test abstracts with gold spans;
@@ -126,6 +127,35 @@ def _n(x: object) -> str:
     return f"{x:,}" if isinstance(x, int) else f"{x:,.1f}" if isinstance(x, float) else str(x)
 
 
+def render_umls_scale(u: Dict[str, object]) -> List[str]:
+    lines = [
+        "",
+        f"UMLS-scale part (`benchmarks/umls_scale.py`, run by `{u.get('command', 'benchmarks/speed.py')}`): "
+        f"{_n(u['names'])} names, {_n(u['concepts'])} concepts, "
+        f"real MiniLM vectors ({u['encoder']['precision']}); recall@5 against exact search over "  # type: ignore[index]
+        f"{_n(u['test_queries'])} real test mentions; load and memory measured in a fresh process each. "
+        "Each index is built and measured once and kept (`measured.json` in its folder under "
+        "`corpus/cache/umls-scale`; delete it to measure again); `hnsw` searches with FAISS' default "
+        "efSearch (16), untuned; `nprobe` is the smallest reaching recall 0.99 on 2,000 train/dev "
+        "mentions, or the largest tried.",
+        "",
+        "| index | build s | file MB | load s | RSS MB after load + search | ms/query | recall@5 | nprobe |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for kind, k in u["kinds"].items():  # type: ignore[union-attr]
+        lines.append(
+            f"| {kind} | {_n(k['build_s'])} | {_n(k['file_mb'])} | {k['load_s']:.3f} | {_n(k['rss_mb'])} | "
+            f"{k['query_ms']:.2f} | {k['recall_at_5']:.4f} | {k.get('nprobe', '–')} |"
+        )
+    if "load_s" in u:
+        lines += [
+            "",
+            f"Automatic choice at this size: `{u['auto_kind']}`; the whole KB folder (names, concepts, index) "
+            f"loads in {u['load_s']:.3f} s, {_n(u['rss_mb'])} MB resident after searching, recall@5 {u['recall_at_5']:.4f}.",
+        ]
+    return lines
+
+
 def render_speed(r: Dict[str, object], output: Path) -> str:
     """The README's SPEED block: every number from ``r`` (this run's JSON)."""
     m = r["machine"]
@@ -146,6 +176,9 @@ def render_speed(r: Dict[str, object], output: Path) -> str:
     ]
     for name, p in r["precision"].items():  # type: ignore[union-attr]
         lines.append(f"| {name} | {_n(p['names_per_s'])} | {p['ncbi_test_raw_acc@1']:.2f} | {p['top5_overlap_with_fp32']:.4f} |")
+    if "names_per_s_by_batch_size" in r:
+        by_batch = ", ".join(f"{b}: {_n(v)}" for b, v in r["names_per_s_by_batch_size"].items())  # type: ignore[union-attr]
+        lines += ["", f"Default precision, names/s by encoder batch size: {by_batch}."]
     load = r["pipeline_load"]
     lines += [
         "",
@@ -153,38 +186,19 @@ def render_speed(r: Dict[str, object], output: Path) -> str:
         f"(`spacy.load` in a fresh process, imports included): loaded in {load['load_s']:.2f} s, first span "
         f"linked {load['first_link_s']:.3f} s later, peak RSS {_n(load['rss_mb'])} MB.",
     ]
-    u = r.get("umls_scale")
-    if isinstance(u, dict):
-        lines += [
-            "",
-            f"UMLS-scale part (`benchmarks/umls_scale.py`): {_n(u['names'])} names, {_n(u['concepts'])} concepts, "
-            f"real MiniLM vectors ({u['encoder']['precision']}); recall@5 against exact search over "
-            f"{_n(u['test_queries'])} real test mentions; load and memory measured in a fresh process each. "
-            "Each index is built and measured once and kept (`measured.json` in its folder under "
-            "`corpus/cache/umls-scale`; delete it to measure again); `hnsw` searches with FAISS' default "
-            "efSearch (16), untuned; `nprobe` is the smallest reaching recall 0.99 on 2,000 train/dev "
-            "mentions, or the largest tried (1024).",
-            "",
-            "| index | build s | file MB | load s | RSS MB after load + search | ms/query | recall@5 | nprobe |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|",
-        ]
-        for kind, k in u["kinds"].items():
-            lines.append(
-                f"| {kind} | {_n(k['build_s'])} | {_n(k['file_mb'])} | {k['load_s']:.3f} | {_n(k['rss_mb'])} | "
-                f"{k['query_ms']:.2f} | {k['recall_at_5']:.4f} | {k.get('nprobe', '–')} |"
-            )
-        if "load_s" in u:
-            lines += [
-                "",
-                f"Automatic choice at this size: `{u['auto_kind']}`; the whole KB folder (names, concepts, index) "
-                f"loads in {u['load_s']:.3f} s, {_n(u['rss_mb'])} MB resident after searching, recall@5 {u['recall_at_5']:.4f}.",
-            ]
+    runs = [r.get("umls_scale")] + list(r.get("umls_scale_earlier", []))  # type: ignore[operator]
+    for u in runs:
+        if isinstance(u, dict):
+            lines += render_umls_scale(u)
     return "\n".join(lines)
 
 
 def main(
     quick: bool = typer.Option(False, help="Only the linking figures (skip the UMLS-scale part)"),
     umls_names: int = typer.Option(7_500_000, help="KB size of the UMLS-scale part"),
+    umls_kinds: List[str] = typer.Option(
+        list(KINDS), "--umls-kind", help="index kinds the UMLS-scale part builds (at 7.5M names: --umls-kind ivf-pq)"
+    ),
     readme: Path = typer.Option(ROOT / "README.md", help="README whose SPEED block is rewritten"),
     render_only: bool = typer.Option(False, help="Only rewrite the README block from the existing --output JSON"),
     repeats: int = typer.Option(3, help="Runs per figure; the median is reported"),
@@ -217,23 +231,39 @@ def main(
     queries = [normalize_name(m.text) for m in mentions]
     aliases = [set([cid, *xrefs]) for cid, xrefs in zip(lkb.kb.concept_ids, lkb.kb.concept_xrefs)]
     by_precision: Dict[str, Dict[str, float]] = {}
-    reference = None
-    for precision in PRECISIONS:
-        enc = SapEncoder.load(None, device="cpu", precision=precision)
-        enc.encode(names[:64])  # warm-up (and int8 quantisation)
-        rate = len(names) / median_time(lambda: enc.encode(names, batch_size=256), repeats)
-        cands = lkb.candidates(enc.encode(queries), top_k=5)
+    reference: List[List[str]] = []
+
+    def measure_encoding(label: str, encode: Callable[..., object]) -> None:
+        encode(names[:64])  # warm-up (and int8 quantisation)
+        rate = len(names) / median_time(lambda: encode(names, batch_size=128), repeats)
+        cands = lkb.candidates(encode(queries), top_k=5)
         top5 = [[c.concept_id for c in cs] for cs in cands]
         hits = [bool(cs) and bool(aliases[lkb.kb.row_of_concept(cs[0])] & set(m.ids)) for cs, m in zip(top5, mentions)]
-        reference = reference or top5
+        reference[:] = reference or top5  # fp32 comes first
         overlap = statistics.mean(len(set(a) & set(b)) / max(len(b), 1) for a, b in zip(top5, reference))
-        by_precision[precision] = {
+        by_precision[label] = {
             "names_per_s": round(rate, 1),
             "ncbi_test_raw_acc@1": round(100 * sum(hits) / len(hits), 2),
             "top5_overlap_with_fp32": round(overlap, 4),
         }
-        typer.echo(f"{precision}: {by_precision[precision]}", err=True)
+        typer.echo(f"{label}: {by_precision[label]}", err=True)
+
+    for precision in PRECISIONS:
+        measure_encoding(precision, SapEncoder.load(None, device="cpu", precision=precision).encode)
+    try:  # ONNX Runtime int8: measured where onnxruntime and onnx are installed, never a default
+        from onnx_int8 import OnnxInt8Encoder
+
+        onnx = OnnxInt8Encoder(SapEncoder.load(None, device="cpu", precision="fp32"), cache / "onnx-int8", threads)
+    except ImportError as e:
+        typer.echo(f"onnxruntime-int8 skipped: {e}", err=True)
+    else:
+        measure_encoding("onnxruntime-int8", onnx.encode)
     results["precision"] = by_precision
+    default_encoder = SapEncoder.load(None, device="cpu")
+    results["names_per_s_by_batch_size"] = {
+        str(b): round(len(names) / median_time(lambda: default_encoder.encode(names, batch_size=b), repeats), 1)
+        for b in (64, 128, 256, 512)
+    }  # the default batch size (128) is chosen on these
     results["names_per_s"] = by_precision[str(results["default_precision"])]["names_per_s"]
 
     # linking through nlp.pipe
@@ -259,10 +289,17 @@ def main(
     }
     results["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     results["pipeline_load"] = pipeline_load(kb_path, cache / f"pipeline-medic-{encoder.fingerprint[:12]}", threads)
+    earlier = read_json(output) if output.is_file() else {}
+    runs = [u for u in [earlier.get("umls_scale"), *earlier.get("umls_scale_earlier", [])] if u]
+    for u in runs:
+        u.setdefault("command", earlier["command"])  # (runs stored before runs carried their own command)
     if not quick:
-        results["umls_scale"] = measure(umls_names, cache / "umls-scale", KINDS, None, threads)
-    elif output.is_file() and "umls_scale" in read_json(output):
-        results["umls_scale"] = read_json(output)["umls_scale"]  # kept from the last full run
+        results["umls_scale"] = {"command": results["command"], **measure(umls_names, cache / "umls-scale", umls_kinds, None, threads)}
+    elif runs:
+        results["umls_scale"] = runs.pop(0)  # kept from the last full run
+    # runs at other KB sizes stay (e.g. the all-kinds comparison at 958k names)
+    sizes = {results["umls_scale"]["names"]} if "umls_scale" in results else set()  # type: ignore[index]
+    results["umls_scale_earlier"] = [u for u in runs if u["names"] not in sizes]
     write_json(output, results)
     update_readme(readme, render_speed(results, output), block="SPEED")
     typer.echo(json.dumps(results, indent=2))

@@ -35,7 +35,7 @@ VARIANTS = (
     "{}, nos", "{} (disorder)", "history of {}", "{} unspecified", "[x]{}", "suspected {}",
     "{} (finding)", "chronic {}", "{}, not otherwise specified", "acute {}", "familial {}", "{} (substance)",
 )
-KINDS = ("flat", "flat-fp16", "sq8", "ivf-sq8", "ivf-fp16", "hnsw")
+KINDS = ("flat", "flat-fp16", "sq8", "ivf-sq8", "ivf-fp16", "ivf-pq", "hnsw")
 
 
 def rss_mb() -> float:
@@ -46,32 +46,36 @@ def rss_mb() -> float:
 
 def scaled_records(bundle: Path, n_names: int) -> Iterator:
     """The bundle's concepts; variants of their names are added round by round until the KB
-    would reach ``n_names`` names (fewer bundle names are kept when ``n_names`` is smaller)."""
+    reaches ``n_names`` distinct names (fewer bundle names are kept when ``n_names`` is smaller).
+    A variant that normalises to a name the KB already has is skipped, since it adds no row."""
+    from spacy_sapbert.normalize import normalize_name
     from spacy_sapbert.ontologies import read_concepts
     from spacy_sapbert.records import ConceptRecord
 
     records = list(read_concepts(bundle, "jsonl"))
-    total = sum(len(r.all_names) for r in records)
-    budget = n_names - total
-    extra: Dict[int, List[str]] = {}
+    seen = set()
+    kept: List[List[str]] = []
+    for r in records:
+        mine = []
+        for name in r.all_names:
+            key = normalize_name(name)
+            if key and key not in seen and len(seen) < n_names:
+                seen.add(key)
+                mine.append(name)
+        kept.append(mine)
     for template in VARIANTS:
-        if budget <= 0:
-            break
         for i, r in enumerate(records):
             for name in r.all_names:
-                if budget <= 0:
+                if len(seen) >= n_names:
                     break
-                extra.setdefault(i, []).append(template.format(name))
-                budget -= 1
-    kept = 0
-    for i, r in enumerate(records):
-        names = r.all_names
-        if n_names < total:
-            if kept >= n_names:
-                return
-            names = names[: n_names - kept]
-        kept += len(names)
-        yield ConceptRecord(id=r.id, name=names[0], synonyms=list(names[1:]) + extra.get(i, []), types=r.types, xrefs=r.xrefs)
+                variant = template.format(name)
+                key = normalize_name(variant)
+                if key not in seen:
+                    seen.add(key)
+                    kept[i].append(variant)
+    for r, names in zip(records, kept):
+        if names:
+            yield ConceptRecord(id=r.id, name=names[0], synonyms=names[1:], types=r.types, xrefs=r.xrefs)
 
 
 def query_strings(splits: Sequence[str], limit: int, seed: int = 0) -> List[str]:
@@ -125,12 +129,13 @@ def run_probe(folder: Path, queries: Path, k: int, whole_kb: bool = False) -> Di
 
 
 def folder_mb(path: Path) -> float:
-    return round(sum(f.stat().st_size for f in path.iterdir() if f.is_file() and f.suffix != ".npy") / 2**20, 1)
+    """The index's files (not the probe's output)."""
+    return round(sum(f.stat().st_size for f in path.iterdir() if f.is_file() and f.name != "probe_rows.npy") / 2**20, 1)
 
 
 def measure(
     n_names: int, work: Path, kinds: Sequence[str], encoder_path: Optional[str], threads: int, k: int = 5,
-    n_queries: int = 2000,
+    n_queries: int = 2000, encode_only: bool = False,
 ) -> Dict[str, object]:
     import faiss
     import torch
@@ -149,8 +154,10 @@ def measure(
     typer.echo(f"KB: {kb.n_names:,} names, {len(kb):,} concepts ({time.perf_counter() - t0:.0f} s)", err=True)
     work = work / f"names-{kb.n_names}-{encoder.fingerprint[:12]}"
     t0 = time.perf_counter()
-    files = encode_chunks(encoder, kb.names, kb.fingerprint, work / "chunks", progress=True, batch_size=256)
+    files = encode_chunks(encoder, kb.names, kb.fingerprint, work / "chunks", progress=True)
     encode_s = time.perf_counter() - t0
+    if encode_only:
+        return {"names": kb.n_names, "chunks": str(work / "chunks"), "encode_s_this_run": round(encode_s, 1)}
     chunks = [np.load(f, mmap_mode="r", allow_pickle=False) for f in files]
 
     tune_q = encoder.encode(query_strings(("train", "dev"), n_queries))
@@ -216,6 +223,7 @@ def main(
     encoder: Optional[str] = typer.Option(None, help="encoder folder (default: the offline MiniLM)"),
     threads: int = typer.Option(1, help="torch and FAISS threads"),
     queries_per_set: int = typer.Option(2000, help="test mentions (recall) and train/dev mentions (nprobe tuning)"),
+    encode_only: bool = typer.Option(False, help="stop after encoding the names (resumable)"),
     probe_folder: Optional[Path] = typer.Option(None, "--probe", hidden=True),
     queries: Optional[Path] = typer.Option(None, hidden=True),
     k: int = typer.Option(5, hidden=True),
@@ -225,7 +233,7 @@ def main(
     if probe_folder is not None:
         typer.echo(json.dumps(probe(probe_folder, queries, k, whole_kb)))
         return
-    typer.echo(json.dumps(measure(names, work, kinds, encoder, threads, n_queries=queries_per_set), indent=2))
+    typer.echo(json.dumps(measure(names, work, kinds, encoder, threads, n_queries=queries_per_set, encode_only=encode_only), indent=2))
 
 
 if __name__ == "__main__":

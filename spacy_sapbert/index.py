@@ -16,9 +16,12 @@ import numpy as np
 
 from .fileio import read_json, write_json
 
-INDEX_KINDS = ("flat", "flat-fp16", "sq8", "hnsw", "ivf-sq8", "ivf-fp16")
+INDEX_KINDS = ("flat", "flat-fp16", "sq8", "hnsw", "ivf-sq8", "ivf-fp16", "ivf-pq")
 INDEX_FILE = "index.faiss"
 INDEX_META = "index.json"
+RERANK_FILE = "rerank.fp16.npy"  # ivf-pq's full vectors, memory-mapped, read only for candidates
+RERANK_KINDS = ("ivf-pq",)
+RERANK_CANDIDATES = 64  # PQ candidates re-scored per query (recall stopped rising past 64 at 958k names)
 
 
 TRAIN_SAMPLE = 200_000  # vectors used to train SQ8 ranges and IVF centroids
@@ -78,17 +81,28 @@ def _add(index: faiss.Index, vectors: np.ndarray) -> None:
 
 
 def auto_index_kind(n_vectors: int) -> str:
-    """Chosen on ``benchmarks/umls_scale.py`` (958,846 real name vectors, 1 thread): exact
-    ``flat`` search (torch) up to a million names, where its vectors still fit in ~1.5 GB;
-    beyond, ``ivf-fp16``: recall@5 0.99 against exact search with an eighth of the lists probed,
-    memory-mapped lists so resident memory follows the lists searched, not the KB size. SQ8
-    codes (``sq8``, ``ivf-sq8``) stayed below 0.99 recall at any ``nprobe``."""
-    return "flat" if n_vectors <= 1_000_000 else "ivf-fp16"
+    """Chosen on ``benchmarks/umls_scale.py`` and ``benchmarks/pq_rerank.py`` (958,846 real name
+    vectors, 1 thread): exact ``flat`` search (torch) up to a million names, where its vectors
+    still fit in ~1.5 GB; beyond, ``ivf-pq``: 96-byte codes in memory-mapped lists, candidates
+    re-scored from a memory-mapped fp16 file. ``ivf-fp16`` reached the same recall@5 (0.99 with
+    an eighth of the lists probed) but its lists, which every batch of queries ends up touching,
+    would take 5.8 GB at 7.5M names; SQ8 codes (``sq8``, ``ivf-sq8``) stayed below 0.99."""
+    return "flat" if n_vectors <= 1_000_000 else "ivf-pq"
 
 
 def default_nprobe(nlist: int) -> int:
     """An eighth of the lists (recall@5 0.99 at 958k names needed 512 of 3,916), at least 32."""
     return min(nlist, max(32, nlist // 8))
+
+
+def pq_subquantizers(dim: int) -> int:
+    """8-bit PQ codes of ``dim // 4`` bytes (96 for MiniLM's 384 dimensions): 1/16 of float32,
+    so 7.5M names take ~720 MB. At 958k real names, re-scoring 64 candidates reached recall@5
+    0.990 with 96 bytes and 0.972 with 48 (nprobe 512 of 3,916 lists)."""
+    m = max(1, dim // 4)
+    while dim % m:
+        m -= 1
+    return m
 
 
 def _factory_string(kind: str, dim: int, n: int) -> str:
@@ -100,18 +114,22 @@ def _factory_string(kind: str, dim: int, n: int) -> str:
         return "SQ8"
     if kind == "hnsw":
         return "HNSW32,SQ8"
-    if kind in ("ivf-sq8", "ivf-fp16"):
+    if kind.startswith("ivf"):
         nlist = max(1, min(65536, int(4 * np.sqrt(max(n, 1)))))
-        return f"IVF{nlist},{'SQ8' if kind == 'ivf-sq8' else 'SQfp16'}"
+        codes = {"ivf-sq8": "SQ8", "ivf-fp16": "SQfp16", "ivf-pq": f"PQ{pq_subquantizers(dim)}"}
+        if kind in codes:
+            return f"IVF{nlist},{codes[kind]}"
     raise ValueError(f"unknown index kind {kind!r}; choose one of {INDEX_KINDS} or 'auto'")
 
 
 class VectorIndex:
     """A FAISS inner-product index plus a record of how it was built."""
 
-    def __init__(self, index: faiss.Index, meta: Dict[str, object]):
+    def __init__(self, index: faiss.Index, meta: Dict[str, object], rerank: Optional[Sequence[np.ndarray]] = None):
         self.index = index
         self.meta = meta
+        # full vectors for re-scoring candidates (ivf-pq): the build's chunks, or the mapped file
+        self.rerank = list(rerank) if rerank is not None else None
         self.device = "cpu"
         self._device_base = None  # exact search's vectors copied to the GPU, when one is used
 
@@ -160,6 +178,9 @@ class VectorIndex:
             ivf = faiss.extract_index_ivf(index)
             ivf.nprobe = nprobe or default_nprobe(ivf.nlist)
             meta["nprobe"] = int(ivf.nprobe)
+        if kind in RERANK_KINDS:
+            meta.update(rerank="fp16", rerank_candidates=RERANK_CANDIDATES)
+            return cls(index, meta, rerank=chunks)
         return cls(index, meta)
 
     def set_nprobe(self, nprobe: int) -> None:
@@ -179,13 +200,49 @@ class VectorIndex:
             return np.zeros((queries.shape[0], k), np.float32), np.full((queries.shape[0], k), -1, np.int64)
         if isinstance(self.index, faiss.IndexFlat):
             return self._flat_search(queries, k)
+        if self.rerank is not None:
+            n_candidates = min(len(self), max(k, int(self.meta.get("rerank_candidates", RERANK_CANDIDATES))))  # type: ignore[call-overload]
+            return self._rescore(queries, self.index.search(queries, n_candidates)[1], k)
         return self.index.search(queries, k)
+
+    def _rescore(self, queries: np.ndarray, candidates: np.ndarray, k: int, block: int = 256) -> Tuple[np.ndarray, np.ndarray]:
+        """Exact scores of the candidate rows from the full vectors, best ``k`` first. Only the
+        candidates' rows are read, so a memory-mapped file stays mostly on disk."""
+        scores = np.full((len(queries), k), -np.inf, np.float32)
+        rows = np.full((len(queries), k), -1, np.int64)
+        for start in range(0, len(queries), block):
+            cand = candidates[start : start + block]
+            vecs = self._gather(np.maximum(cand, 0).ravel()).reshape(*cand.shape, self.dim)
+            sims = np.einsum("qcd,qd->qc", vecs, queries[start : start + block])
+            sims[cand < 0] = -np.inf
+            best = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+            scores[start : start + block] = np.take_along_axis(sims, best, 1)
+            rows[start : start + block] = np.take_along_axis(cand, best, 1)
+        rows[~np.isfinite(scores)] = -1
+        scores[~np.isfinite(scores)] = 0.0
+        return scores, rows
+
+    def _gather(self, rows: np.ndarray) -> np.ndarray:
+        """float32 copies of the re-scoring vectors at ``rows``, which may span several chunks."""
+        assert self.rerank is not None
+        ends = np.cumsum([len(c) for c in self.rerank])
+        which = np.searchsorted(ends, rows, side="right")
+        out = np.empty((len(rows), self.dim), np.float32)
+        for i, chunk in enumerate(self.rerank):
+            mine = np.flatnonzero(which == i)
+            if len(mine):
+                local = rows[mine] - (ends[i] - len(chunk))
+                order = np.argsort(local, kind="stable")  # sorted reads from a mapped file
+                out[mine[order]] = chunk[local[order]]
+        return out
 
     def _flat_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """Exact search as a torch matmul + top-k over the index's own (possibly mapped) vectors.
 
         Same results as FAISS' flat search and much faster here (``benchmarks/flat_search.py``):
-        the faiss-cpu wheel's BLAS path is slow on this CPU, torch's matmul is not.
+        the faiss-cpu wheel's BLAS path is slow on this CPU, torch's matmul is not. (A bf16
+        candidate pass with fp32 re-scoring was tried on the AMX CPU here: no faster, since the
+        top-k over every name's score costs as much as the fp32 product.)
         """
         import torch
 
@@ -221,7 +278,26 @@ class VectorIndex:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        if self.rerank is not None:
+            self._write_rerank(path / RERANK_FILE)
         write_json(path / INDEX_META, self.meta)
+
+    def _write_rerank(self, target: Path) -> None:
+        """The re-scoring vectors as one fp16 ``.npy``, streamed chunk by chunk, then renamed."""
+        assert self.rerank is not None
+        tmp = target.with_name(f".{target.name}.tmp")
+        try:
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(len(self), self.dim))
+            start = 0
+            for chunk in self.rerank:
+                out[start : start + len(chunk)] = chunk
+                start += len(chunk)
+            out.flush()
+            del out
+            os.replace(tmp, target)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
 
     @classmethod
     def from_disk(cls, path: Union[str, Path], mmap: bool = True) -> "VectorIndex":
@@ -239,7 +315,15 @@ class VectorIndex:
             raise ValueError(f"{path}/{INDEX_FILE} does not match {INDEX_META} (n/dim differ): rebuild the index")
         if isinstance(index, faiss.IndexIVF) or "nprobe" in meta:
             faiss.extract_index_ivf(index).nprobe = int(meta.get("nprobe", 32))  # type: ignore[arg-type]
-        return cls(index, meta)
+        rerank = None
+        if meta.get("rerank"):
+            if not (path / RERANK_FILE).is_file():
+                raise FileNotFoundError(f"{path} has no {RERANK_FILE}, which its {INDEX_META} says it re-scores with")
+            vectors = np.load(path / RERANK_FILE, mmap_mode="r" if mmap else None, allow_pickle=False)
+            if vectors.shape != (index.ntotal, index.d):
+                raise ValueError(f"{path}/{RERANK_FILE} has shape {vectors.shape}, expected ({index.ntotal}, {index.d}): rebuild the index")
+            rerank = [vectors]
+        return cls(index, meta, rerank=rerank)
 
 
 
@@ -274,10 +358,14 @@ def recall_at_k(found: np.ndarray, exact: np.ndarray) -> float:
 
 
 def tune_nprobe(
-    index: VectorIndex, queries: np.ndarray, exact: np.ndarray, target: float = 0.99, choices: Sequence[int] = (8, 16, 32, 64, 128, 256, 512, 1024)
+    index: VectorIndex, queries: np.ndarray, exact: np.ndarray, target: float = 0.99, choices: Optional[Sequence[int]] = None
 ) -> Tuple[int, float]:
     """The smallest ``nprobe`` whose recall@k on ``queries`` reaches ``target`` (else the largest
-    tried); it is set on the index and returned with the recall it measured."""
+    tried); it is set on the index and returned with the recall it measured. By default the
+    choices are the powers of two from 8 up to every list."""
+    if choices is None:
+        nlist = faiss.extract_index_ivf(index.index).nlist
+        choices = [p for p in (2**i for i in range(3, 17)) if p < nlist] + [nlist]
     recall = 0.0
     for nprobe in choices:
         index.set_nprobe(nprobe)

@@ -63,7 +63,7 @@ class LinkingKB:
         source: Union[ConceptKB, Iterable[ConceptRecord]],
         encoder: SapEncoder,
         index_kind: str = "auto",
-        batch_size: int = 256,
+        batch_size: int = 128,
         progress: bool = False,
         work_dir: Optional[Union[str, Path]] = None,
         chunk_size: int = 50_000,
@@ -169,7 +169,7 @@ def encode_chunks(
     names: Sequence[str],
     kb_fingerprint: str,
     work_dir: Union[str, Path],
-    batch_size: int = 256,
+    batch_size: int = 128,
     progress: bool = False,
     chunk_size: int = 50_000,
 ) -> List[Path]:
@@ -179,7 +179,10 @@ def encode_chunks(
     the files can be memory-mapped, so millions of vectors need not fit in memory at once.
     """
     work = Path(work_dir)
-    state = {"kb": kb_fingerprint, "encoder": encoder.fingerprint, "chunk_size": chunk_size, "n": len(names)}
+    state = {
+        "kb": kb_fingerprint, "encoder": encoder.fingerprint, "precision": encoder.precision,
+        "chunk_size": chunk_size, "n": len(names),
+    }
     if (work / "state.json").is_file() and read_json(work / "state.json") != state:
         shutil.rmtree(work)  # left over from another KB or encoder: not reusable
     work.mkdir(parents=True, exist_ok=True)

@@ -62,6 +62,21 @@ def test_reduced_precisions_stay_close_to_fp32(tiny_bert_path):
         assert (out * ref).sum(1).min() > 0.95, precision
 
 
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_reduced_precision_copy_follows_in_place_weight_updates(tiny_bert_path, precision):
+    """Training changes the weights in place between the encodings that plan its batches."""
+    names = ["heart attack", "asthma", "chronic kidney disease"]
+    encoder = SapEncoder.load(tiny_bert_path, device="cpu", precision=precision)
+    before = encoder.encode(names)
+    with torch.no_grad():
+        for p in encoder.model.encoder.parameters():
+            p.mul_(1.5)
+    after = encoder.encode(names)
+    ref = SapEncoder(encoder.model, encoder.tokenizer, encoder.settings, device="cpu", precision="fp32").encode(names)
+    assert (after * ref).sum(1).min() > 0.95 and (before * ref).sum(1).min() < (after * ref).sum(1).min()
+    assert encoder.model.dtype == torch.float32  # the reduced copy is separate from the trained weights
+
+
 def test_auto_precision_is_bf16_only_where_the_hardware_has_it(tiny_bert_path, monkeypatch):
     cpu = torch.device("cpu")
     for native, expected in ((True, "bf16"), (False, "fp32")):
@@ -174,7 +189,7 @@ def test_ivf_nprobe_is_tuned_to_a_recall_target_and_saved(tmp_path):
         VectorIndex.build(data[:100], kind="flat").set_nprobe(8)
 
 
-@pytest.mark.parametrize("kind", ["flat-fp16", "sq8", "hnsw", "ivf-sq8", "ivf-fp16"])
+@pytest.mark.parametrize("kind", ["flat-fp16", "sq8", "hnsw", "ivf-sq8", "ivf-fp16", "ivf-pq"])
 def test_compressed_indexes_round_trip(kind, tmp_path):
     rng = np.random.default_rng(1)
     data = rng.normal(size=(2000, 16)).astype(np.float32)
@@ -185,6 +200,36 @@ def test_compressed_indexes_round_trip(kind, tmp_path):
     assert again.meta["kind"] == kind and len(again) == 2000
     _, rows = again.search(data[:50], 1)
     assert (rows[:, 0] == np.arange(50)).mean() >= 0.9
+
+
+def test_ivf_pq_rescores_its_candidates_with_the_mapped_full_vectors(tmp_path):
+    from spacy_sapbert.index import RERANK_FILE
+
+    data = _unit_vectors(6000, 32, seed=11, clusters=600)
+    queries = data[:300] + 0.05 * _unit_vectors(300, 32, seed=12)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    exact = exact_top_k([data], queries, 5)
+    index = VectorIndex.build([data[:2000], data[2000:]], kind="ivf-pq")
+    nprobe, recall = tune_nprobe(index, queries, exact, target=0.99)
+    codes_only = recall_at_k(index.index.search(queries, 5)[1], exact)  # PQ scores, no re-scoring
+    assert recall >= 0.99 > codes_only
+    scores, rows = index.search(queries, 5)
+    np.testing.assert_allclose(scores, np.take_along_axis(queries @ data.T, rows, 1), atol=1e-5)
+    assert (np.diff(scores, axis=1) <= 1e-7).all()  # best first
+
+    index.to_disk(tmp_path)
+    again = VectorIndex.from_disk(tmp_path)
+    assert isinstance(again.rerank[0], np.memmap) and again.rerank[0].dtype == np.float16
+    assert again.meta["nprobe"] == nprobe and again.meta["rerank"] == "fp16"
+    assert recall_at_k(again.search(queries, 5)[1], exact) >= 0.98  # re-scored from fp16 now: near-ties may swap
+    assert not list(tmp_path.glob(".*tmp"))
+
+    np.save(tmp_path / RERANK_FILE, np.zeros((10, 32), np.float16))
+    with pytest.raises(ValueError, match=r"rerank\.fp16\.npy has shape \(10, 32\)"):
+        VectorIndex.from_disk(tmp_path)
+    (tmp_path / RERANK_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match="no rerank.fp16.npy"):
+        VectorIndex.from_disk(tmp_path)
 
 
 def test_linking_kb_exact_names_link_to_their_concepts(tiny_encoder, tmp_path):
@@ -273,7 +318,7 @@ def test_ivf_lists_assigned_with_torch_match_faiss_own_add(kind):
 def test_auto_kind_is_exact_up_to_a_million_names_then_ivf_with_a_probed_eighth():
     from spacy_sapbert.index import auto_index_kind, default_nprobe
 
-    assert auto_index_kind(1_000_000) == "flat" and auto_index_kind(1_000_001) == "ivf-fp16"
+    assert auto_index_kind(1_000_000) == "flat" and auto_index_kind(1_000_001) == "ivf-pq"
     assert default_nprobe(3916) == 489 and default_nprobe(100) == 32 and default_nprobe(10) == 10
     index = VectorIndex.build(_unit_vectors(4000, 16, seed=9), kind="ivf-fp16")
     assert index.meta["nprobe"] == default_nprobe(faiss_nlist(index))
