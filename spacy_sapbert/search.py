@@ -63,7 +63,7 @@ class LinkingKB:
         source: Union[ConceptKB, Iterable[ConceptRecord]],
         encoder: SapEncoder,
         index_kind: str = "auto",
-        batch_size: int = 128,
+        batch_size: int = 256,
         progress: bool = False,
         work_dir: Optional[Union[str, Path]] = None,
         chunk_size: int = 50_000,
@@ -169,7 +169,7 @@ def encode_chunks(
     names: Sequence[str],
     kb_fingerprint: str,
     work_dir: Union[str, Path],
-    batch_size: int = 128,
+    batch_size: int = 256,
     progress: bool = False,
     chunk_size: int = 50_000,
 ) -> List[Path]:

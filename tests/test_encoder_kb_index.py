@@ -189,6 +189,25 @@ def test_ivf_nprobe_is_tuned_to_a_recall_target_and_saved(tmp_path):
         VectorIndex.build(data[:100], kind="flat").set_nprobe(8)
 
 
+def test_hnsw_ef_search_is_tuned_to_a_recall_target_and_saved(tmp_path):
+    from spacy_sapbert.index import tune_ef_search
+
+    data = _unit_vectors(20000, 16, seed=5, clusters=300)
+    queries = data[:200] + 0.05 * _unit_vectors(200, 16, seed=6)
+    exact = exact_top_k([data], queries, 5)
+    index = VectorIndex.build(data, kind="hnsw")
+    index.set_ef_search(1)
+    narrow = recall_at_k(index.search(queries, 5)[1], exact)
+    ef, recall = tune_ef_search(index, queries, exact, target=0.9)  # (SQ8 codes cap it below 0.95 here)
+    assert recall >= 0.9 > narrow and index.meta["ef_search"] == ef
+    index.to_disk(tmp_path)
+    again = VectorIndex.from_disk(tmp_path)
+    assert again.meta["ef_search"] == ef
+    assert recall_at_k(again.search(queries, 5)[1], exact) == pytest.approx(recall)
+    with pytest.raises(ValueError, match="hnsw"):
+        VectorIndex.build(data[:100], kind="flat").set_ef_search(8)
+
+
 @pytest.mark.parametrize("kind", ["flat-fp16", "sq8", "hnsw", "ivf-sq8", "ivf-fp16", "ivf-pq"])
 def test_compressed_indexes_round_trip(kind, tmp_path):
     rng = np.random.default_rng(1)
@@ -296,6 +315,63 @@ def test_exact_search_device_path_gives_the_same_rows(monkeypatch):
     assert index._device_base is not None and index._device_base.dtype == torch.float16
     assert (rows[:, 0] == expected[1][:, 0]).all()
     np.testing.assert_allclose(scores, expected[0], atol=2e-3)
+
+
+class _FakeFaissGpu:
+    """Stands in for faiss-gpu's API: the "GPU clone" is a CPU clone that records its searches."""
+
+    def __init__(self):
+        self.moved, self.searched, self.nprobes = [], 0, []
+
+    def index_cpu_to_gpu(self, resources, device_id, index, options):
+        import faiss
+
+        self.moved.append((device_id, options.useFloat16))
+        clone, fake = faiss.clone_index(index), self
+
+        class Clone:
+            def search(self, q, k):
+                fake.searched += 1
+                return clone.search(q, k)
+
+        self.clone = clone
+        return Clone()
+
+    def set_nprobe(self, index, name, value):
+        import faiss
+
+        assert name == "nprobe"
+        self.nprobes.append(value)
+        faiss.extract_index_ivf(self.clone).nprobe = value
+
+
+@pytest.mark.parametrize("kind", ["ivf-fp16", "ivf-pq"])
+def test_compressed_index_searches_on_a_faiss_gpu_when_one_is_installed(kind, monkeypatch, tmp_path):
+    import types
+
+    import faiss
+
+    data = _unit_vectors(3000, 16, seed=13, clusters=60)
+    index = VectorIndex.build(data, kind=kind)
+    expected = index.search(data[:20], 5)
+    index.use_device("cuda:1")  # faiss-cpu (installed here): stays on the CPU
+    assert index._gpu_index is None
+    np.testing.assert_array_equal(index.search(data[:20], 5)[1], expected[1])
+
+    fake = _FakeFaissGpu()
+    monkeypatch.setattr(faiss, "StandardGpuResources", lambda: object(), raising=False)
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1)
+    monkeypatch.setattr(faiss, "GpuClonerOptions", lambda: types.SimpleNamespace(useFloat16=False), raising=False)
+    monkeypatch.setattr(faiss, "index_cpu_to_gpu", fake.index_cpu_to_gpu, raising=False)
+    monkeypatch.setattr(faiss, "GpuParameterSpace", lambda: types.SimpleNamespace(set_index_parameter=fake.set_nprobe), raising=False)
+    index.use_device("cuda:1")
+    assert fake.moved == [(1, True)] and fake.nprobes == [index.meta["nprobe"]]
+    np.testing.assert_array_equal(index.search(data[:20], 5)[1], expected[1])
+    assert fake.searched == 1
+    index.set_nprobe(2)
+    assert fake.nprobes[-1] == 2 and index.meta["nprobe"] == 2
+    index.to_disk(tmp_path)  # the CPU index is what is saved
+    assert VectorIndex.from_disk(tmp_path).meta["nprobe"] == 2
 
 
 @pytest.mark.parametrize("kind", ["ivf-sq8", "ivf-fp16"])

@@ -35,6 +35,9 @@ def make_nlp(kb_path, encoder_path, **config):
     ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"})
     names = ["seizure", "convulsion", "ms", "bronchial asthma", "pyrexia", "headache", "fever", "asthma"]
     ruler.add_patterns([{"label": "PHEN", "pattern": n} for n in names])
+    # fp32 like the KB's vectors: a random tiny BERT's vectors are so alike that bf16 rounding
+    # (the "auto" choice on CPUs with AMX) can reorder them; precision has its own tests
+    config = {"precision": "fp32", **config}
     nlp.add_pipe("sapbert_linker", config={"kb": str(kb_path), "encoder": str(encoder_path), **config})
     return nlp
 
