@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import typer
@@ -135,7 +135,7 @@ def folder_mb(path: Path) -> float:
 
 def measure(
     n_names: int, work: Path, kinds: Sequence[str], encoder_path: Optional[str], threads: int, k: int = 5,
-    n_queries: int = 2000, encode_only: bool = False,
+    n_queries: int = 2000, encode_only: bool = False, part: Tuple[int, int] = (0, 1),
 ) -> Dict[str, object]:
     import faiss
     import torch
@@ -144,7 +144,7 @@ def measure(
     from spacy_sapbert.fileio import read_json, write_json
     from spacy_sapbert.index import VectorIndex, auto_index_kind, exact_top_k, recall_at_k, tune_ef_search, tune_nprobe
     from spacy_sapbert.kb import ConceptKB
-    from spacy_sapbert.search import LinkingKB, encode_chunks
+    from spacy_sapbert.search import ChunksIncomplete, LinkingKB, encode_chunks
 
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)
@@ -154,7 +154,10 @@ def measure(
     typer.echo(f"KB: {kb.n_names:,} names, {len(kb):,} concepts ({time.perf_counter() - t0:.0f} s)", err=True)
     work = work / f"names-{kb.n_names}-{encoder.fingerprint[:12]}"
     t0 = time.perf_counter()
-    files = encode_chunks(encoder, kb.names, kb.fingerprint, work / "chunks", progress=True)
+    try:
+        files = encode_chunks(encoder, kb.names, kb.fingerprint, work / "chunks", progress=True, part=part)
+    except ChunksIncomplete as e:  # this process's part is done; others are still encoding
+        return {"names": kb.n_names, "part": list(part), "incomplete": str(e)}
     encode_s = time.perf_counter() - t0
     if encode_only:
         return {"names": kb.n_names, "chunks": str(work / "chunks"), "encode_s_this_run": round(encode_s, 1)}
@@ -198,6 +201,7 @@ def measure(
     if chosen in results and not (whole / "meta.json").is_file():
         LinkingKB.assemble(kb, VectorIndex.from_disk(work / f"index-{chosen}", mmap=False), encoder).to_disk(whole)
     out: Dict[str, object] = {
+        "command": "python benchmarks/umls_scale.py " + " ".join(sys.argv[1:]),
         "names": kb.n_names,
         "concepts": len(kb),
         "encoder": encoder.describe(),
@@ -227,6 +231,7 @@ def main(
     threads: int = typer.Option(1, help="torch and FAISS threads"),
     queries_per_set: int = typer.Option(2000, help="test mentions (recall) and train/dev mentions (nprobe tuning)"),
     encode_only: bool = typer.Option(False, help="stop after encoding the names (resumable)"),
+    part: str = typer.Option("0/1", help="I/N: encode every N-th chunk from chunk I (one process per core)"),
     probe_folder: Optional[Path] = typer.Option(None, "--probe", hidden=True),
     queries: Optional[Path] = typer.Option(None, hidden=True),
     k: int = typer.Option(5, hidden=True),
@@ -236,7 +241,10 @@ def main(
     if probe_folder is not None:
         typer.echo(json.dumps(probe(probe_folder, queries, k, whole_kb)))
         return
-    typer.echo(json.dumps(measure(names, work, kinds, encoder, threads, n_queries=queries_per_set, encode_only=encode_only), indent=2))
+    typer.echo(json.dumps(measure(
+        names, work, kinds, encoder, threads, n_queries=queries_per_set, encode_only=encode_only,
+        part=tuple(int(x) for x in part.split("/")),  # type: ignore[arg-type]
+    ), indent=2))
 
 
 if __name__ == "__main__":

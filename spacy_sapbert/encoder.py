@@ -84,9 +84,9 @@ def native_bf16(device: torch.device) -> bool:
 def resolve_precision(precision: str, device: torch.device) -> str:
     """``auto`` is bf16 where the hardware does it natively, else fp32.
 
-    Measured on the CPU here (``benchmarks/speed.py``): bf16 encodes several times faster than
-    fp32 with the same NCBI-disease Acc@1 and a top-5 overlap near 1; int8 dynamic quantisation
-    costs accuracy, so it is never chosen automatically.
+    Measured on the CPU here (``benchmarks/speed.py``): bf16 encodes faster than fp32 with the
+    same NCBI-disease Acc@1 and a top-5 overlap near 1; int8 (torch or ONNX Runtime) costs
+    accuracy, so it is never chosen automatically.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -235,9 +235,9 @@ class SapEncoder:
     def _model_for_inference(self) -> torch.nn.Module:
         """The model ``encode`` runs: the weights themselves (fp32), a bf16 copy, or an int8 copy.
 
-        bf16 casts the weights once instead of letting autocast cast them on every call: 1.5-2x
-        faster on the CPU here, with the same vectors to within bf16 rounding. The copy is remade
-        when the weights change in place (training steps bump the tensors' version counters).
+        bf16 casts the weights once instead of letting autocast cast them again on every call;
+        the vectors are the same to within bf16 rounding. The copy is remade when the weights
+        change in place (training steps bump the tensors' version counters).
         """
         if self.precision not in ("bf16", "int8"):
             return self.model

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -164,6 +164,10 @@ class LinkingKB:
         return cls(kb, VectorIndex.from_disk(path, mmap=mmap), meta)
 
 
+class ChunksIncomplete(RuntimeError):
+    """``encode_chunks`` finished its part, but other parts' chunks are not there yet."""
+
+
 def encode_chunks(
     encoder: SapEncoder,
     names: Sequence[str],
@@ -172,12 +176,18 @@ def encode_chunks(
     batch_size: int = 256,
     progress: bool = False,
     chunk_size: int = 50_000,
+    part: Tuple[int, int] = (0, 1),
 ) -> List[Path]:
     """Encode ``names`` into ``.npy`` chunk files under ``work_dir`` and return them in order.
 
     A chunk already there (same KB, encoder and chunk size) is kept, so a killed build resumes;
     the files can be memory-mapped, so millions of vectors need not fit in memory at once.
+    ``part=(i, n)`` encodes only every n-th chunk starting at chunk i, so n processes (one per
+    core, say) can share one KB's encoding; the chunk list is returned only once it is complete.
     """
+    which, parts = part
+    if not 0 <= which < parts:
+        raise ValueError(f"part must be (i, n) with 0 <= i < n, got {part}")
     work = Path(work_dir)
     state = {
         "kb": kb_fingerprint, "encoder": encoder.fingerprint, "precision": encoder.precision,
@@ -196,7 +206,7 @@ def encode_chunks(
     for i, start in enumerate(range(0, len(names), chunk_size)):
         f = work / f"chunk_{i:05d}.npy"
         count = min(chunk_size, len(names) - start)
-        if not f.is_file():
+        if not f.is_file() and i % parts == which:
             arr = encoder.encode(list(names[start : start + count]), batch_size=batch_size)
             with atomic_open(f, "wb") as fh:
                 np.save(fh, arr, allow_pickle=False)
@@ -205,4 +215,7 @@ def encode_chunks(
             bar.update(count)
     if bar is not None:
         bar.close()
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise ChunksIncomplete(f"{work}: {len(missing)} chunks are left to other parts (first: {missing[0]})")
     return files

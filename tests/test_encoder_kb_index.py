@@ -302,6 +302,21 @@ def test_resumable_build_reuses_finished_chunks(tiny_encoder, tmp_path, monkeypa
     assert full.search_names(q, 3)[1].tolist() == resumed.search_names(q, 3)[1].tolist()
 
 
+def test_chunk_encoding_splits_into_parts_that_processes_share(tiny_encoder, tmp_path):
+    from spacy_sapbert.search import ChunksIncomplete, encode_chunks
+
+    names = [f"name {i}" for i in range(10)]
+    work = tmp_path / "work"
+    with pytest.raises(ChunksIncomplete, match="2 chunks are left to other parts"):
+        encode_chunks(tiny_encoder, names, "kb", work, chunk_size=3, part=(1, 2))
+    assert sorted(f.name for f in work.glob("chunk_*.npy")) == ["chunk_00001.npy", "chunk_00003.npy"]
+    files = encode_chunks(tiny_encoder, names, "kb", work, chunk_size=3, part=(0, 2))  # completes it
+    together = np.concatenate([np.load(f) for f in files])
+    np.testing.assert_allclose(together, tiny_encoder.encode(names), atol=1e-6)
+    with pytest.raises(ValueError, match="part must be"):
+        encode_chunks(tiny_encoder, names, "kb", work, part=(2, 2))
+
+
 def test_exact_search_device_path_gives_the_same_rows(monkeypatch):
     """The GPU branch (fp16 copy of the vectors) run on the CPU: same neighbours as fp32."""
     data = _unit_vectors(2000, 16, seed=7, clusters=50)
