@@ -1,7 +1,10 @@
 """UMLS-scale search: a KB the size of the MedMentions UMLS dictionary on a laptop.
 
-    python benchmarks/umls_scale.py --names 7500000       # the issue's size (encoding: hours on 2 cores)
-    python benchmarks/umls_scale.py --names 1000000       # what one session here can encode
+    python benchmarks/umls_scale.py --names 7500000 --kind ivf-pq    # the issue's size
+    python benchmarks/umls_scale.py --names 1000000                  # every index kind, smaller
+
+Encoding 7.5M names takes hours on 2 cores; split it over one process per core first
+(``--encode-only --part 0/2`` and ``--part 1/2``), then run the command above.
 
 Names: the open bundle's names (MeSH, MONDO, HPO, DOID, EFO, GO; ``spacy project run preprocess``)
 and, past its ~1.09M names, UMLS-style variants of them ("x, nos", "x (disorder)", "history of x",
