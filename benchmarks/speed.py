@@ -207,7 +207,8 @@ def render_speed(r: Dict[str, object], output: Path) -> str:
     for name, p in r["precision"].items():  # type: ignore[union-attr]
         lines.append(f"| {name} | {_n(p['names_per_s'])} | {p['ncbi_test_raw_acc@1']:.2f} | {p['top5_overlap_with_fp32']:.4f} |")
     if "names_per_s_by_batch_size" in r:
-        by_batch = ", ".join(f"{b}: {_n(v)}" for b, v in r["names_per_s_by_batch_size"].items())  # type: ignore[union-attr]
+        sizes = sorted(r["names_per_s_by_batch_size"].items(), key=lambda kv: int(kv[0]))  # type: ignore[union-attr]
+        by_batch = ", ".join(f"{b}: {_n(v)}" for b, v in sizes)
         lines += ["", f"Default precision, names/s by encoder batch size: {by_batch}."]
     load = r["pipeline_load"]
     lines += [
