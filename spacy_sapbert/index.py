@@ -194,6 +194,10 @@ class VectorIndex:
             if kind.startswith("ivf"):  # centroids first; FAISS then trains only the codes
                 ivf = faiss.extract_index_ivf(index)
                 ivf.quantizer.add(spherical_kmeans(sample, ivf.nlist, seed=seed))
+                if isinstance(index, faiss.IndexIVFPQ):
+                    # the factory asks for polysemous training (code orderings for Hamming
+                    # pre-filtering, which we never use); it made a 20k-name build take minutes
+                    index.do_polysemous_training = False
             index.train(sample)
         for c in chunks:
             if len(c):
