@@ -1,7 +1,8 @@
 """Linking speed and memory on this machine: the figures the README quotes.
 
     python benchmarks/speed.py --quick        # < 5 minutes once the MEDIC KB is cached
-    python benchmarks/speed.py --umls-names 7500000   # adds the UMLS-scale part (benchmarks/umls_scale.py)
+    python benchmarks/speed.py --umls-names 1000000   # adds the UMLS-scale part (benchmarks/umls_scale.py)
+    python benchmarks/speed.py --render-only --umls-result FOLDER/result.json   # adopt a umls_scale.py run
 
 Measures, with the default encoder (offline MiniLM, default precision) and the MEDIC 2012 KB:
 * ``names_per_s``: dictionary encoding with the default precision, and per precision (fp32 / bf16 /

@@ -172,40 +172,28 @@ def test_exact_top_k_streams_over_chunks_and_recall_counts_overlap():
     assert recall_at_k(half, expected) == 0.5
 
 
-def test_ivf_nprobe_is_tuned_to_a_recall_target_and_saved(tmp_path):
-    data = _unit_vectors(20000, 16, seed=5, clusters=300)
-    queries = data[:200] + 0.05 * _unit_vectors(200, 16, seed=6)
-    exact = exact_top_k([data], queries, 5)
-    index = VectorIndex.build(data, kind="ivf-sq8")
-    index.set_nprobe(1)
-    one_list = recall_at_k(index.search(queries, 5)[1], exact)
-    nprobe, recall = tune_nprobe(index, queries, exact, target=0.95)
-    assert recall >= 0.95 > one_list and index.meta["nprobe"] == nprobe
-    index.to_disk(tmp_path)
-    again = VectorIndex.from_disk(tmp_path)
-    assert again.meta["nprobe"] == nprobe
-    assert recall_at_k(again.search(queries, 5)[1], exact) == pytest.approx(recall)
-    with pytest.raises(ValueError, match="IVF"):
-        VectorIndex.build(data[:100], kind="flat").set_nprobe(8)
-
-
-def test_hnsw_ef_search_is_tuned_to_a_recall_target_and_saved(tmp_path):
+@pytest.mark.parametrize(
+    "kind, knob, target",
+    [("ivf-sq8", "nprobe", 0.95), ("hnsw", "ef_search", 0.9)],  # (SQ8 codes cap HNSW below 0.95 here)
+)
+def test_search_breadth_is_tuned_to_a_recall_target_and_saved(kind, knob, target, tmp_path):
     from spacy_sapbert.index import tune_ef_search
 
+    tune = {"nprobe": tune_nprobe, "ef_search": tune_ef_search}[knob]
     data = _unit_vectors(20000, 16, seed=5, clusters=300)
     queries = data[:200] + 0.05 * _unit_vectors(200, 16, seed=6)
     exact = exact_top_k([data], queries, 5)
-    index = VectorIndex.build(data, kind="hnsw")
-    index.set_ef_search(1)
-    narrow = recall_at_k(index.search(queries, 5)[1], exact)
-    ef, recall = tune_ef_search(index, queries, exact, target=0.9)  # (SQ8 codes cap it below 0.95 here)
-    assert recall >= 0.9 > narrow and index.meta["ef_search"] == ef
+    index = VectorIndex.build(data, kind=kind)
+    getattr(index, f"set_{knob}")(1)
+    narrowest = recall_at_k(index.search(queries, 5)[1], exact)
+    value, recall = tune(index, queries, exact, target=target)
+    assert recall >= target > narrowest and index.meta[knob] == value
     index.to_disk(tmp_path)
     again = VectorIndex.from_disk(tmp_path)
-    assert again.meta["ef_search"] == ef
+    assert again.meta[knob] == value
     assert recall_at_k(again.search(queries, 5)[1], exact) == pytest.approx(recall)
-    with pytest.raises(ValueError, match="hnsw"):
-        VectorIndex.build(data[:100], kind="flat").set_ef_search(8)
+    with pytest.raises(ValueError, match="IVF" if knob == "nprobe" else "hnsw"):
+        getattr(VectorIndex.build(data[:100], kind="flat"), f"set_{knob}")(8)
 
 
 @pytest.mark.parametrize("kind", ["flat-fp16", "sq8", "hnsw", "ivf-sq8", "ivf-fp16", "ivf-pq"])
