@@ -132,6 +132,21 @@ def _n(x: object) -> str:
     return f"{x:,}" if isinstance(x, int) else f"{x:,.1f}" if isinstance(x, float) else str(x)
 
 
+def stored_umls_runs(r: Dict[str, object]) -> List[Dict[str, object]]:
+    """The UMLS-scale runs a speed.json holds, newest first, each with the command that made it."""
+    runs = [u for u in [r.get("umls_scale"), *r.get("umls_scale_earlier", [])] if u]  # type: ignore[misc]
+    for u in runs:
+        u.setdefault("command", r["command"])  # (runs stored before runs carried their own command)
+    return runs  # type: ignore[return-value]
+
+
+def set_umls_runs(results: Dict[str, object], newest: Dict[str, object], others: Sequence[Dict[str, object]]) -> None:
+    """``newest`` becomes the UMLS-scale part; runs at other KB sizes stay beside it (e.g. the
+    all-kinds comparison at 958k names)."""
+    results["umls_scale"] = newest
+    results["umls_scale_earlier"] = [u for u in others if u["names"] != newest["names"]]
+
+
 def render_umls_scale(u: Dict[str, object]) -> List[str]:
     lines = [
         "",
@@ -246,10 +261,7 @@ def main(
     if render_only:
         results = read_json(output)
         if umls_result is not None:  # a UMLS-scale run made by umls_scale.py itself (it records its command)
-            adopted = read_json(umls_result)
-            runs = [u for u in [results.get("umls_scale"), *results.get("umls_scale_earlier", [])] if u]
-            results["umls_scale"] = adopted
-            results["umls_scale_earlier"] = [u for u in runs if u["names"] != adopted["names"]]
+            set_umls_runs(results, read_json(umls_result), stored_umls_runs(results))
             write_json(output, results)
         update_readme(readme, render_speed(results, output), block="SPEED")
         return
@@ -332,17 +344,12 @@ def main(
     }
     results["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     results["pipeline_load"] = pipeline_load(kb_path, cache / f"pipeline-medic-{encoder.fingerprint[:12]}", threads)
-    earlier = read_json(output) if output.is_file() else {}
-    runs = [u for u in [earlier.get("umls_scale"), *earlier.get("umls_scale_earlier", [])] if u]
-    for u in runs:
-        u.setdefault("command", earlier["command"])  # (runs stored before runs carried their own command)
+    runs = stored_umls_runs(read_json(output)) if output.is_file() else []
     if not quick:
-        results["umls_scale"] = {"command": results["command"], **measure(umls_names, cache / "umls-scale", umls_kinds, None, threads)}
+        newest = {"command": results["command"], **measure(umls_names, cache / "umls-scale", umls_kinds, None, threads)}
+        set_umls_runs(results, newest, runs)
     elif runs:
-        results["umls_scale"] = runs.pop(0)  # kept from the last full run
-    # runs at other KB sizes stay (e.g. the all-kinds comparison at 958k names)
-    sizes = {results["umls_scale"]["names"]} if "umls_scale" in results else set()  # type: ignore[index]
-    results["umls_scale_earlier"] = [u for u in runs if u["names"] not in sizes]
+        set_umls_runs(results, runs[0], runs[1:])  # kept from the last full run
     write_json(output, results)
     update_readme(readme, render_speed(results, output), block="SPEED")
     typer.echo(json.dumps(results, indent=2))
