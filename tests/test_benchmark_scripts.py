@@ -38,3 +38,27 @@ def test_umls_scale_kb_has_exactly_the_asked_number_of_distinct_names(bundle, n_
     assert {r.id for r in records} <= {"C1", "C2", "C3"}
     if n_names > 5:  # every bundle name is kept before any variant
         assert {"asthma", "bronchial asthma", "heart attack", "myocardial infarction", "chronic asthma", "gout"} <= set(kb.names)
+
+
+def test_speed_table_has_a_scispacy_column_only_when_scispacy_was_measured(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # speed.py imports umls_scale beside it
+    speed = _load("speed")
+    run = {
+        "command": "python benchmarks/speed.py --quick", "machine": {"cpu": "cpu", "nproc": 2, "threads": 2},
+        "repeats": 3, "kb": {"name": "MEDIC", "names": 10, "index": "flat"}, "default_precision": "bf16",
+        "n_mentions": 9, "mentions_per_s": 2000.0, "n_distinct_mentions": 7, "distinct_mentions_per_s": 800.0,
+        "untuned": {"mentions_per_s": 700.0, "distinct_mentions_per_s": 300.0},
+        "precision": {"fp32": {"names_per_s": 600.0, "ncbi_test_raw_acc@1": 67.0, "top5_overlap_with_fp32": 1.0}},
+        "pipeline_load": {"load_s": 5.0, "first_link_s": 0.1, "rss_mb": 700.0}, "peak_rss_mb": 1500.0,
+    }
+    rows = [line for line in speed.render_speed(run, tmp_path / "speed.json").splitlines() if "mentions/s" in line]
+    assert [line.count("|") for line in rows] == [4, 4]
+    run["scispacy"] = {
+        "scispacy": "0.6.2", "mentions_per_s": 1234.5, "distinct_mentions_per_s": 321.0, "indexed_aliases": 10,
+        "index_build_seconds": 99.0, "index_build_threads": 2, "index_seconds": 1.5, "peak_rss_mb": 400.0,
+        "linked_fraction": 0.5,
+    }
+    text = speed.render_speed(run, tmp_path / "speed.json")
+    rows = [line for line in text.splitlines() if "mentions/s" in line]
+    assert rows[0].endswith("| 2,000.0 | 700.0 | 1,234.5 |") and rows[1].endswith("| 800.0 | 300.0 | 321.0 |")
+    assert "scispacy 0.6.2 `EntityLinker`, same KB" in text and "99.0 s on 2 thread(s)" in text and "50.0% of the gold mentions" in text

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import List, Tuple
 
@@ -154,11 +155,40 @@ def test_scispacy_candidates_map_back_to_name_rows(tmp_path):
     fake.write_text(
         "#!/bin/sh\n"
         'grep -q "\\"mentions\\": \\[\\"ms\\", \\"xyz\\"\\]" "$2" || exit 3\n'
+        'grep -q "\\"index_cache\\": \\"/" "$2" || exit 4\n'
         f"cat > \"$3\" <<'JSON'\n{json.dumps(answer)}\nJSON\n",
         encoding="utf8",
     )
     fake.chmod(0o755)
-    ranker = ScispacyRanker(kb, fake)
+    ranker = ScispacyRanker(kb, fake, index_cache=tmp_path / "scispacy-index")  # sent as an absolute path
     rows = ranker.rank(["ms", "xyz"], 5)
     assert rows == [[kb.row_of_name("ms")], []]  # both concepts' best alias is the one row "ms"
     assert ranker.info["query_seconds"] == 0.5
+
+
+@pytest.mark.skipif(
+    not os.environ.get("SPACY_SAPBERT_SCISPACY_PYTHON"),
+    reason="set SPACY_SAPBERT_SCISPACY_PYTHON to the python of an environment with scispacy 0.6",
+)
+def test_real_scispacy_worker_links_and_reuses_its_cached_index(tmp_path):
+    import itertools
+
+    from spacy_sapbert.evaluation.baselines import ScispacyRanker, run_scispacy_worker, scispacy_entities
+    from spacy_sapbert.evaluation.datasets import dictionary_records, load_split
+    from spacy_sapbert.kb import ConceptKB
+
+    python = os.environ["SPACY_SAPBERT_SCISPACY_PYTHON"]
+    kb = ConceptKB.from_records(itertools.islice(dictionary_records("ncbi-disease"), 300))
+    docs = [{"text": d.text, "spans": [[m.start, m.end] for m in d.mentions]} for d in load_split("ncbi-disease", "test")[:5]]
+    request = {
+        "mode": "link", "entities": scispacy_entities(kb), "docs": docs, "strings": kb.names[:50],
+        "threads": 1, "repeats": 1, "index_cache": str(tmp_path / "index"),
+    }
+    built, loaded = run_scispacy_worker(python, request), run_scispacy_worker(python, request)
+    assert (built["index_cached"], loaded["index_cached"]) == (False, True)
+    assert built["n_mentions"] == loaded["n_mentions"] == sum(len(d["spans"]) for d in docs)
+    assert built["linked_fraction"] == loaded["linked_fraction"]
+    assert loaded["n_distinct_mentions"] == 50 and loaded["distinct_mentions_per_s"] > 0
+    ranker = ScispacyRanker(kb, python, index_cache=tmp_path / "index")
+    assert [rows[0] for rows in ranker.rank(kb.names[:3], 5)] == [0, 1, 2]  # a dictionary name finds itself
+    assert ranker.info["index_cached"] is True

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import resource
 import subprocess
 import tempfile
 import time
@@ -160,34 +159,47 @@ class DenseRanker:
         return [[int(r) for r in row if r >= 0] for row in rows]
 
 
+def scispacy_entities(kb: ConceptKB) -> List[Dict[str, object]]:
+    """The KB as scispacy's entities: each concept with its name rows as aliases."""
+    aliases: List[List[str]] = [[] for _ in kb.concept_ids]
+    for row, name in enumerate(kb.names):
+        for c in kb.concepts_of_name(row):
+            aliases[int(c)].append(name)
+    return [
+        {"concept_id": cid, "canonical_name": names[0], "aliases": names[1:]}
+        for cid, names in zip(kb.concept_ids, aliases)
+        if names
+    ]
+
+
+def run_scispacy_worker(python: Union[str, Path], request: Dict[str, object]) -> Dict[str, object]:
+    """Send ``request`` to ``scispacy_worker.py`` under ``python`` (an environment with scispacy) and return its answer."""
+    with tempfile.TemporaryDirectory(prefix="scispacy-") as tmp:
+        request_path, reply = Path(tmp) / "in.json", Path(tmp) / "out.json"
+        request_path.write_text(json.dumps(request), encoding="utf8")
+        worker = Path(__file__).with_name("scispacy_worker.py")
+        subprocess.run([str(python), str(worker), str(request_path), str(reply)], check=True)
+        return json.loads(reply.read_text(encoding="utf8"))
+
+
 class ScispacyRanker:
     """scispacy's TF-IDF candidate generator over the same names, run in ``python`` (an
     environment with scispacy; see ``scispacy_worker.py``). Each candidate concept is mapped
     back to its best-matching alias, i.e. one of our name rows, so the metric is the same."""
 
-    def __init__(self, kb: ConceptKB, python: Union[str, Path]):
+    def __init__(self, kb: ConceptKB, python: Union[str, Path], index_cache: Optional[Union[str, Path]] = None):
         self.kb = kb
         self.python = str(python)
+        self.index_cache = index_cache  # where the worker keeps its HNSW index between runs
         self.info: Dict[str, object] = {}
 
     def rank(self, queries: Sequence[str], k: int) -> List[List[int]]:
-        aliases: List[List[str]] = [[] for _ in self.kb.concept_ids]
-        for row, name in enumerate(self.kb.names):
-            for c in self.kb.concepts_of_name(row):
-                aliases[int(c)].append(name)
-        entities = [
-            {"concept_id": cid, "canonical_name": names[0], "aliases": names[1:]}
-            for cid, names in zip(self.kb.concept_ids, aliases)
-            if names
-        ]
-        with tempfile.TemporaryDirectory(prefix="scispacy-") as tmp:
-            request, reply = Path(tmp) / "in.json", Path(tmp) / "out.json"
-            request.write_text(json.dumps({"entities": entities, "mentions": list(queries), "k": k}), encoding="utf8")
-            worker = Path(__file__).with_name("scispacy_worker.py")
-            subprocess.run([self.python, str(worker), str(request), str(reply)], check=True)
-            answer = json.loads(reply.read_text(encoding="utf8"))
+        request: Dict[str, object] = {"entities": scispacy_entities(self.kb), "mentions": list(queries), "k": k}
+        if self.index_cache is not None:
+            request["index_cache"] = str(Path(self.index_cache).resolve())
+        answer = run_scispacy_worker(self.python, request)
         self.info = {key: value for key, value in answer.items() if key != "candidates"}
-        self.info["worker_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+        self.info["worker_peak_rss_mb"] = answer.get("peak_rss_mb")
         out: List[List[int]] = []
         for candidates in answer["candidates"]:
             best = sorted(

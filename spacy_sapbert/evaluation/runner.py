@@ -120,7 +120,8 @@ def _make_ranker(system: str, kb: ConceptKB, encoder_path, batch_size, precision
     if system == "scispacy":
         if encoder_path is None:
             raise ValueError("system 'scispacy' needs the python of an environment with scispacy as encoder_path")
-        return ScispacyRanker(kb, encoder_path), {}
+        index_cache = None if cache_dir is None else Path(cache_dir) / "scispacy-index"
+        return ScispacyRanker(kb, encoder_path, index_cache=index_cache), {}
     raise ValueError(f"system must be one of {SYSTEMS}, got {system!r}")
 
 
