@@ -172,8 +172,9 @@ def render_umls_scale(u: Dict[str, object]) -> List[str]:
         f"{_n(u['test_queries'])} real test mentions; load and memory measured in a fresh process each. "
         "Each index is built and measured once and kept (`measured.json` in its folder under "
         "`corpus/cache/umls-scale`; delete it to measure again); `nprobe` (IVF) and `efSearch` (HNSW) are "
-        "the smallest reaching recall 0.99 on 2,000 train/dev mentions, or the largest tried (runs before "
-        "efSearch tuning existed searched HNSW with FAISS' default, 16).",
+        f"the smallest reaching recall 0.99 on {_n(u['tune_queries'])} train/dev mentions, or where a wider search "
+        "stopped adding recall (runs before efSearch tuning existed searched HNSW with FAISS' default, 16); "
+        "`ivf-pq` also picks how many PQ candidates it re-scores (runs before that re-scored 64).",
         "",
         "| index | build s | file MB | load s | RSS MB after load + search | ms/query | recall@5 | nprobe / efSearch |",
         "|---|--:|--:|--:|--:|--:|--:|--:|",
@@ -181,7 +182,8 @@ def render_umls_scale(u: Dict[str, object]) -> List[str]:
     for kind, k in u["kinds"].items():  # type: ignore[union-attr]
         lines.append(
             f"| {kind} | {_n(k['build_s'])} | {_n(k['file_mb'])} | {k['load_s']:.3f} | {_n(k['rss_mb'])} | "
-            f"{k['query_ms']:.2f} | {k['recall_at_5']:.4f} | {k.get('nprobe', k.get('ef_search', '–'))} |"
+            f"{k['query_ms']:.2f} | {k['recall_at_5']:.4f} | {k.get('nprobe', k.get('ef_search', '–'))}"
+            + (f", re-scoring {k['rerank_candidates']} |" if "rerank_candidates" in k else " |")
         )
     if "load_s" in u:
         lines += [
@@ -240,7 +242,9 @@ def render_speed(r: Dict[str, object], output: Path) -> str:
         "| precision | names/s (dictionary encoding) | NCBI test raw Acc@1 | top-5 overlap with fp32 |",
         "|---|--:|--:|--:|",
     ]
-    for name, p in r["precision"].items():  # type: ignore[union-attr]
+    measured = r["precision"]
+    for name in [x for x in PRECISIONS if x in measured] + sorted(set(measured) - set(PRECISIONS)):  # type: ignore[arg-type]
+        p = measured[name]  # type: ignore[index]
         lines.append(f"| {name} | {_n(p['names_per_s'])} | {p['ncbi_test_raw_acc@1']:.2f} | {p['top5_overlap_with_fp32']:.4f} |")
     if "names_per_s_by_batch_size" in r:
         sizes = sorted(r["names_per_s_by_batch_size"].items(), key=lambda kv: int(kv[0]))  # type: ignore[union-attr]

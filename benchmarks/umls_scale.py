@@ -187,6 +187,8 @@ def measure(
         if "nprobe" in index.meta:  # the smallest nprobe reaching recall 0.99 on the tuning queries
             nprobe, tuned = tune_nprobe(index, tune_q, exact_tune)
             row.update(nprobe=nprobe, tune_recall_at_5=round(tuned, 4))
+            if "rerank_candidates" in index.meta:  # (ivf-pq) how many PQ candidates are re-scored
+                row["rerank_candidates"] = index.meta["rerank_candidates"]
         elif kind == "hnsw":  # likewise efSearch
             ef_search, tuned = tune_ef_search(index, tune_q, exact_tune)
             row.update(ef_search=ef_search, tune_recall_at_5=round(tuned, 4))

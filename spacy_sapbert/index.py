@@ -9,7 +9,7 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 import faiss
 import numpy as np
@@ -22,6 +22,7 @@ INDEX_META = "index.json"
 RERANK_FILE = "rerank.fp16.npy"  # ivf-pq's full vectors, memory-mapped, read only for candidates
 RERANK_KINDS = ("ivf-pq",)
 RERANK_CANDIDATES = 64  # PQ candidates re-scored per query (recall stopped rising past 64 at 958k names)
+RERANK_CHOICES = (64, 128, 256)  # depths tune_nprobe may pick when more names crowd PQ's ranking
 
 
 TRAIN_SAMPLE = 200_000  # vectors used to train SQ8 ranges and IVF centroids
@@ -238,11 +239,15 @@ class VectorIndex:
             return np.zeros((queries.shape[0], k), np.float32), np.full((queries.shape[0], k), -1, np.int64)
         if isinstance(self.index, faiss.IndexFlat):
             return self._flat_search(queries, k)
-        index = self.index if self._gpu_index is None else self._gpu_index
         if self.rerank is not None:
-            n_candidates = min(len(self), max(k, int(self.meta.get("rerank_candidates", RERANK_CANDIDATES))))  # type: ignore[call-overload]
-            return self._rescore(queries, index.search(queries, n_candidates)[1], k)
-        return index.search(queries, k)
+            depth = int(self.meta.get("rerank_candidates", RERANK_CANDIDATES))  # type: ignore[call-overload]
+            return self._rescore(queries, self._code_search(queries, max(k, depth))[1], k)
+        return self._code_search(queries, k)
+
+    def _code_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """FAISS' own search (on the GPU copy when there is one): the compressed codes' ranking."""
+        index = self.index if self._gpu_index is None else self._gpu_index
+        return index.search(queries, min(k, len(self)))
 
     def _rescore(self, queries: np.ndarray, candidates: np.ndarray, k: int, block: int = 256) -> Tuple[np.ndarray, np.ndarray]:
         """Exact scores of the candidate rows from the full vectors, best ``k`` first. Only the
@@ -401,13 +406,28 @@ def recall_at_k(found: np.ndarray, exact: np.ndarray) -> float:
 def tune_nprobe(
     index: VectorIndex, queries: np.ndarray, exact: np.ndarray, target: float = 0.99, choices: Optional[Sequence[int]] = None
 ) -> Tuple[int, float]:
-    """The smallest ``nprobe`` whose recall@k on ``queries`` reaches ``target`` (else the largest
-    tried); it is set on the index and returned with the recall it measured. By default the
-    choices are the powers of two from 8 up to every list."""
+    """The smallest ``nprobe`` whose recall@k on ``queries`` reaches ``target``; it is set on the
+    index and returned with the recall it measured. By default the choices are the powers of two
+    from 8 up to every list. An index that re-scores PQ candidates also gets the smallest
+    re-scoring depth (``RERANK_CHOICES``) reaching the target at that nprobe: deeper re-scoring
+    costs little, while every doubling of nprobe doubles the codes scanned per query."""
     if choices is None:
         nlist = faiss.extract_index_ivf(index.index).nlist
         choices = [p for p in (2**i for i in range(3, 17)) if p < nlist] + [nlist]
-    return _smallest_reaching(index.set_nprobe, index, queries, exact, target, choices)
+    if index.rerank is None:
+        return _smallest_reaching(index.set_nprobe, lambda: index.search(queries, exact.shape[1])[1], exact, target, choices)
+
+    def best_depth() -> np.ndarray:
+        k = exact.shape[1]
+        ranked = index._code_search(queries, max(RERANK_CHOICES))[1]  # one PQ pass serves every depth
+        for depth in RERANK_CHOICES:
+            rows = index._rescore(queries, ranked[:, :depth], k)[1]
+            if recall_at_k(rows, exact) >= target:
+                break
+        index.meta["rerank_candidates"] = depth
+        return rows
+
+    return _smallest_reaching(index.set_nprobe, best_depth, exact, target, choices)
 
 
 def tune_ef_search(
@@ -415,14 +435,21 @@ def tune_ef_search(
     choices: Sequence[int] = (16, 32, 64, 128, 256, 512, 1024),
 ) -> Tuple[int, float]:
     """``tune_nprobe`` for HNSW: the smallest efSearch reaching ``target`` recall@k."""
-    return _smallest_reaching(index.set_ef_search, index, queries, exact, target, choices)
+    return _smallest_reaching(index.set_ef_search, lambda: index.search(queries, exact.shape[1])[1], exact, target, choices)
 
 
-def _smallest_reaching(setter, index: VectorIndex, queries: np.ndarray, exact: np.ndarray, target: float, choices: Sequence[int]) -> Tuple[int, float]:
-    value, recall = 0, 0.0
+def _smallest_reaching(
+    setter: Callable[[int], None], search: Callable[[], np.ndarray], exact: np.ndarray, target: float,
+    choices: Sequence[int], plateau: float = 0.001,
+) -> Tuple[int, float]:
+    """The first of ``choices`` whose search reaches ``target`` recall. Short of it, the search stops
+    where the next choice gains less than ``plateau`` (wider searches cost more and add nothing:
+    at millions of names the last choices would take tens of minutes each) and keeps the last."""
+    value, recall = 0, -1.0
     for value in choices:
+        previous = recall
         setter(value)
-        recall = recall_at_k(index.search(queries, exact.shape[1])[1], exact)
-        if recall >= target:
+        recall = recall_at_k(search(), exact)
+        if recall >= target or recall - previous < plateau:
             break
     return value, recall

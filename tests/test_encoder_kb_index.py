@@ -1,6 +1,7 @@
 """Encoder, concept KB, vector index and the linking KB folder."""
 from __future__ import annotations
 
+import faiss
 import numpy as np
 import pytest
 
@@ -408,3 +409,39 @@ def faiss_nlist(index: VectorIndex) -> int:
     import faiss
 
     return int(faiss.extract_index_ivf(index.index).nlist)
+
+
+def test_nprobe_tuning_picks_the_smallest_rescoring_depth_that_reaches_the_target(tmp_path):
+    from spacy_sapbert.index import RERANK_CHOICES
+
+    data = _unit_vectors(6000, 32, seed=21, clusters=60)  # crowded clusters: PQ ranks many near-ties
+    queries = data[:300] + 0.05 * _unit_vectors(300, 32, seed=22)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    exact = exact_top_k([data], queries, 5)
+    index = VectorIndex.build(data, kind="ivf-pq")
+    nlist = faiss.extract_index_ivf(index.index).nlist
+    index.set_nprobe(nlist)
+    ranked = index.index.search(queries, max(RERANK_CHOICES))[1]
+    by_depth = {d: recall_at_k(index._rescore(queries, ranked[:, :d], 5)[1], exact) for d in RERANK_CHOICES}
+    assert by_depth[64] < by_depth[256]  # the data is hard enough for depth to matter
+    target = by_depth[256]
+    nprobe, recall = tune_nprobe(index, queries, exact, target=target, choices=[nlist])
+    smallest = min(d for d in RERANK_CHOICES if by_depth[d] >= target)
+    assert (nprobe, index.meta["rerank_candidates"], recall) == (nlist, smallest, by_depth[smallest])
+    index.to_disk(tmp_path)
+    again = VectorIndex.from_disk(tmp_path)
+    assert again.meta["rerank_candidates"] == smallest
+    assert recall_at_k(again.search(queries, 5)[1], exact) >= target - 0.01  # (fp16 re-scoring on disk)
+
+
+def test_tuning_stops_where_a_wider_search_adds_no_recall(monkeypatch):
+    data = _unit_vectors(3000, 16, seed=23, clusters=100)
+    queries = data[:100]
+    exact = exact_top_k([data], queries, 5)
+    index = VectorIndex.build(data, kind="ivf-sq8")
+    nlist = faiss.extract_index_ivf(index.index).nlist
+    tried = []
+    original = index.set_nprobe
+    monkeypatch.setattr(index, "set_nprobe", lambda n: (tried.append(n), original(n)))
+    nprobe, recall = tune_nprobe(index, queries, exact, target=1.01, choices=[nlist, nlist, nlist, nlist])
+    assert tried == [nlist, nlist] and nprobe == nlist and 0 < recall <= 1  # the unreachable target is not chased
