@@ -262,9 +262,9 @@ def render_speed(r: Dict[str, object], output: Path) -> str:
             "",
             f"scispacy (`--scispacy-python`; its own environment, `spacy_sapbert/evaluation/scispacy_worker.py`): "
             f"its TF-IDF + HNSW index over the same {_n(sci['indexed_aliases'])} names (scispacy's settings, M=100, "
-            f"efConstruction=2000) took {_n(sci['index_build_seconds'])} s on {sci['index_build_threads']} thread(s) when first built "
-            f"(recorded with the cached index, not re-timed by this run); loading it and fitting the vectorizer took "
-            f"{sci['index_seconds']:.2f} s in this run; the worker's peak RSS was "
+            f"efConstruction=2000) took {_n(sci['index_build_seconds'])} s to build on {sci['index_build_threads']} thread(s)"
+            + (" (when first built: recorded with the cached index, not re-timed by this run); loading it" if sci["index_cached"] else "; building it")
+            + f" and fitting the vectorizer took {sci['index_seconds']:.2f} s in this run; the worker's peak RSS was "
             f"{_n(sci['peak_rss_mb'])} MB; {100 * sci['linked_fraction']:.1f}% of the gold mentions got a concept above its 0.7 threshold.",
         ]
     runs = [r.get("umls_scale")] + list(r.get("umls_scale_earlier", []))  # type: ignore[operator]

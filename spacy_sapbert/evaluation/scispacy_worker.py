@@ -48,17 +48,13 @@ def peak_rss_mb() -> float:
         return int(re.search(r"VmHWM:\s+(\d+)", f.read())[1]) / 1024
 
 
-def _new_index():
-    import nmslib
-
-    return nmslib.init(method="hnsw", space="cosinesimil_sparse", data_type=nmslib.DataType.SPARSE_VECTOR)
-
-
 def load_or_build_index(vectors, aliases, threads: int, cache):
     """The HNSW index over ``vectors`` and what it cost: built (and saved when ``cache`` is set) or loaded."""
     key = hashlib.sha256(json.dumps([aliases, INDEX_PARAMS]).encode("utf8")).hexdigest()[:16]
+    import nmslib
+
     folder = os.path.join(cache, key) if cache else None
-    index = _new_index()
+    index = nmslib.init(method="hnsw", space="cosinesimil_sparse", data_type=nmslib.DataType.SPARSE_VECTOR)
     if folder and os.path.isfile(os.path.join(folder, "meta.json")):
         start = time.perf_counter()
         index.loadIndex(os.path.join(folder, "index.bin"), load_data=True)
