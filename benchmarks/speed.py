@@ -169,10 +169,11 @@ def render_umls_scale(u: Dict[str, object]) -> List[str]:
         f"UMLS-scale part (`benchmarks/umls_scale.py`, run by `{u.get('command', 'benchmarks/speed.py')}`): "
         f"{_n(u['names'])} names, {_n(u['concepts'])} concepts, "
         f"real MiniLM vectors ({u['encoder']['precision']}); recall@5 against exact search over "  # type: ignore[index]
-        f"{_n(u['test_queries'])} real test mentions; load and memory measured in a fresh process each. "
+        f"{_n(u['test_queries'])} real test mentions; load, memory and ms/query measured in a fresh process each, on 1 thread. "
         "Each index is built and measured once and kept (`measured.json` in its folder under "
-        "`corpus/cache/umls-scale`; delete it to measure again); `nprobe` (IVF) and `efSearch` (HNSW) are "
-        f"the smallest reaching recall 0.99 on {_n(u['tune_queries'])} train/dev mentions, or where a wider search "
+        "`corpus/cache/umls-scale`; delete it to tune and measure again, and `built.json` to rebuild); `nprobe` (IVF) and "
+        f"`efSearch` (HNSW) are the smallest reaching recall {u.get('tune_target', 0.99)} on {_n(u['tune_queries'])} "
+        "train/dev mentions, or where a wider search "
         "stopped adding recall (runs before efSearch tuning existed searched HNSW with FAISS' default, 16); "
         "`ivf-pq` also picks how many PQ candidates it re-scores (runs before that re-scored 64).",
         "",

@@ -9,7 +9,7 @@ import torch
 
 from spacy_sapbert import encoder as encoder_module
 from spacy_sapbert.encoder import SapEncoder, resolve_encoder_path, resolve_precision
-from spacy_sapbert.index import VectorIndex, exact_top_k, recall_at_k, tune_nprobe
+from spacy_sapbert.index import NpyRows, VectorIndex, exact_top_k, recall_at_k, tune_nprobe
 from spacy_sapbert.kb import ConceptKB, DuplicateConceptError
 from spacy_sapbert.records import ConceptRecord as R
 from spacy_sapbert.search import EncoderMismatchError, LinkingKB
@@ -228,7 +228,7 @@ def test_ivf_pq_rescores_its_candidates_with_the_mapped_full_vectors(tmp_path):
 
     index.to_disk(tmp_path)
     again = VectorIndex.from_disk(tmp_path)
-    assert isinstance(again.rerank[0], np.memmap) and again.rerank[0].dtype == np.float16
+    assert isinstance(again.rerank[0], NpyRows) and again.rerank[0].dtype == np.float16  # read by row, not mapped
     assert again.meta["nprobe"] == nprobe and again.meta["rerank"] == "fp16"
     assert recall_at_k(again.search(queries, 5)[1], exact) >= 0.98  # re-scored from fp16 now: near-ties may swap
     assert not list(tmp_path.glob(".*tmp"))
@@ -445,3 +445,18 @@ def test_tuning_stops_where_a_wider_search_adds_no_recall(monkeypatch):
     monkeypatch.setattr(index, "set_nprobe", lambda n: (tried.append(n), original(n)))
     nprobe, recall = tune_nprobe(index, queries, exact, target=1.01, choices=[nlist, nlist, nlist, nlist])
     assert tried == [nlist, nlist] and nprobe == nlist and 0 < recall <= 1  # the unreachable target is not chased
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_npy_rows_reads_the_rows_np_load_would(tmp_path, dtype):
+    data = np.arange(700 * 6, dtype=dtype).reshape(700, 6)
+    np.save(tmp_path / "v.npy", data, allow_pickle=False)
+    rows = NpyRows(tmp_path / "v.npy")
+    assert (len(rows), rows.shape, rows.dtype) == (700, (700, 6), np.dtype(dtype))
+    picks = np.array([0, 5, 5, 699, 123])
+    np.testing.assert_array_equal(rows[picks], data[picks])
+    np.testing.assert_array_equal(rows[10:20], data[10:20])
+    np.testing.assert_array_equal(rows[690:800], data[690:])
+    np.save(tmp_path / "flat.npy", np.zeros(5, np.float16), allow_pickle=False)
+    with pytest.raises(ValueError, match="flat.npy must hold a C-ordered 2-D array"):
+        NpyRows(tmp_path / "flat.npy")
