@@ -36,8 +36,8 @@ import typer
 from spacy.tokens import Doc, Span
 
 from spacy_sapbert.encoder import SapEncoder, resolve_precision
-from spacy_sapbert.evaluation.datasets import dictionary_records, load_split
 from spacy_sapbert.evaluation.baselines import run_scispacy_worker, scispacy_entities
+from spacy_sapbert.evaluation.datasets import dictionary_records, load_split
 from spacy_sapbert.evaluation.report import machine_description, update_readme
 from spacy_sapbert.fileio import read_json, write_json
 from spacy_sapbert.linker import SapBertLinker

@@ -19,7 +19,7 @@ from .fileio import read_json, write_json
 INDEX_KINDS = ("flat", "flat-fp16", "sq8", "hnsw", "ivf-sq8", "ivf-fp16", "ivf-pq")
 INDEX_FILE = "index.faiss"
 INDEX_META = "index.json"
-RERANK_FILE = "rerank.fp16.npy"  # ivf-pq's full vectors, memory-mapped, read only for candidates
+RERANK_FILE = "rerank.fp16.npy"  # ivf-pq's full vectors, read row by row (NpyRows) for candidates only
 RERANK_KINDS = ("ivf-pq",)
 RERANK_CANDIDATES = 64  # PQ candidates re-scored per query (recall stopped rising past 64 at 958k names)
 RERANK_CHOICES = (64, 128, 256)  # depths tune_nprobe may pick when more names crowd PQ's ranking

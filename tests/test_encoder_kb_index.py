@@ -1,7 +1,6 @@
 """Encoder, concept KB, vector index and the linking KB folder."""
 from __future__ import annotations
 
-import faiss
 import numpy as np
 import pytest
 
@@ -210,7 +209,7 @@ def test_compressed_indexes_round_trip(kind, tmp_path):
     assert (rows[:, 0] == np.arange(50)).mean() >= 0.9
 
 
-def test_ivf_pq_rescores_its_candidates_with_the_mapped_full_vectors(tmp_path):
+def test_ivf_pq_rescores_its_candidates_with_the_stored_full_vectors(tmp_path):
     from spacy_sapbert.index import RERANK_FILE
 
     data = _unit_vectors(6000, 32, seed=11, clusters=600)
@@ -419,7 +418,7 @@ def test_nprobe_tuning_picks_the_smallest_rescoring_depth_that_reaches_the_targe
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     exact = exact_top_k([data], queries, 5)
     index = VectorIndex.build(data, kind="ivf-pq")
-    nlist = faiss.extract_index_ivf(index.index).nlist
+    nlist = faiss_nlist(index)
     index.set_nprobe(nlist)
     ranked = index.index.search(queries, max(RERANK_CHOICES))[1]
     by_depth = {d: recall_at_k(index._rescore(queries, ranked[:, :d], 5)[1], exact) for d in RERANK_CHOICES}
@@ -439,7 +438,7 @@ def test_tuning_stops_where_a_wider_search_adds_no_recall(monkeypatch):
     queries = data[:100]
     exact = exact_top_k([data], queries, 5)
     index = VectorIndex.build(data, kind="ivf-sq8")
-    nlist = faiss.extract_index_ivf(index.index).nlist
+    nlist = faiss_nlist(index)
     tried = []
     original = index.set_nprobe
     monkeypatch.setattr(index, "set_nprobe", lambda n: (tried.append(n), original(n)))

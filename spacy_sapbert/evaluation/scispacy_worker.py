@@ -50,9 +50,9 @@ def peak_rss_mb() -> float:
 
 def load_or_build_index(vectors, aliases, threads: int, cache):
     """The HNSW index over ``vectors`` and what it cost: built (and saved when ``cache`` is set) or loaded."""
-    key = hashlib.sha256(json.dumps([aliases, INDEX_PARAMS]).encode("utf8")).hexdigest()[:16]
     import nmslib
 
+    key = hashlib.sha256(json.dumps([aliases, INDEX_PARAMS]).encode("utf8")).hexdigest()[:16]
     folder = os.path.join(cache, key) if cache else None
     index = nmslib.init(method="hnsw", space="cosinesimil_sparse", data_type=nmslib.DataType.SPARSE_VECTOR)
     if folder and os.path.isfile(os.path.join(folder, "meta.json")):
