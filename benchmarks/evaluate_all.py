@@ -1,11 +1,13 @@
 """Every benchmark × dictionary × system: writes benchmarks/results/evaluation.json and the README table.
 
 Each evaluation runs in a fresh process, so its peak memory is its own. Results are written
-after every run; ``--only-missing`` keeps earlier results and runs the rest.
+after every run; rows of ``--output`` outside the selected grid are kept, and ``--only-missing``
+also keeps those inside it and runs the rest.
 
     python benchmarks/evaluate_all.py                         # exact, TF-IDF, untrained MiniLM
     python benchmarks/evaluate_all.py --encoder "SapBERT-MiniLM (ours)=models/sapbert-minilm"
     python benchmarks/evaluate_all.py --only-missing --scispacy-python /tmp/scivenv/bin/python
+    python benchmarks/evaluate_all.py --baselines "all-MiniLM-L6-v2, untrained"   # rerun these rows, keep the rest
 """
 from __future__ import annotations
 
@@ -67,7 +69,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         systems.append((SCISPACY_LABEL, "scispacy", args.scispacy_python))
 
     previous: List[Dict[str, object]] = []
-    if args.only_missing and args.output.is_file():
+    if args.output.is_file():
         previous = [r for r in read_json(args.output)["results"] if not r.get("skipped")]
     done = {(r["dataset"], r["dictionary"], r["label"]) for r in previous}
     jobs = [
@@ -75,18 +77,23 @@ def main(argv: Optional[List[str]] = None) -> None:
         for d in args.datasets
         for dic in args.dictionaries
         for label, system, enc in systems
-        if (d, dic, label) not in done
+        if not (args.only_missing and (d, dic, label) in done)
     ]
     command = shlex.join(["python", "benchmarks/evaluate_all.py", *(sys.argv[1:] if argv is None else argv)])
     machine = machine_description()
-    results = list(previous)
+    results = list(previous)  # a rerun row replaces its old one in place; rows not rerun stay
     context = multiprocessing.get_context("spawn")
     for n, (dataset, dictionary, label, system, encoder) in enumerate(jobs, 1):
         print(f"[{n}/{len(jobs)}] {dataset} / {dictionary} / {label}", file=sys.stderr, flush=True)
         with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
             result = pool.submit(run_one, dataset, dictionary, label, system, encoder, args.batch_size, args.precision).result()
         result["command"] = command
-        results.append(result)
+        key = (dataset, dictionary, label)
+        at = next((i for i, r in enumerate(results) if (r["dataset"], r["dictionary"], r["label"]) == key), None)
+        if at is None:
+            results.append(result)
+        else:
+            results[at] = result
         write_json(args.output, {"machine": machine, "results": results})
 
     table = render_table(results, machine)

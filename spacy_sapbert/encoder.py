@@ -9,6 +9,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
@@ -39,6 +40,34 @@ class EncoderSettings:
         if self.max_length < 2:
             raise ValueError(f"max_length must be at least 2, got {self.max_length}")
         return self
+
+
+# The longest stretch of text one token stands for: WordPiece makes a word of more than 100
+# characters a single [UNK] (cut to 128 it still is one), and no BPE/SentencePiece vocabulary
+# holds longer pieces. Every word yields at least one token, so the first ``max_length`` tokens
+# come from the first ``max_length`` words; see ``clip_text``.
+CHARS_PER_TOKEN = 128
+_WORD = re.compile(r"\S+")
+
+
+def clip_text(text: str, max_words: int, word_chars: int = CHARS_PER_TOKEN) -> str:
+    """What a tokenizer keeping ``max_words`` tokens needs of ``text``: unchanged when it is at most
+    ``max_words * word_chars`` characters long, else its first ``max_words`` words, each cut to
+    ``word_chars`` characters, joined by single spaces.
+
+    Reads only as far as it keeps, so time and memory do not grow with the text. BERT's tokenizer
+    splits on whitespace anyway, so the tokens kept are the same; the one exception is a word
+    longer than ``word_chars`` with fewer than ``max_words`` tokens in its first ``word_chars``
+    characters (punctuation inside one endless word), where the last kept tokens may differ.
+    """
+    if len(text) <= max_words * word_chars:
+        return text
+    words = []
+    for match in _WORD.finditer(text):
+        words.append(text[match.start() : min(match.end(), match.start() + word_chars)])
+        if len(words) == max_words:
+            break
+    return " ".join(words)
 
 
 def resolve_encoder_path(path: Union[str, os.PathLike, None]) -> Path:
@@ -205,9 +234,14 @@ class SapEncoder:
 
     # ------------------------------------------------------------------ encoding
     def tokenize(self, texts: Sequence[str]) -> Dict[str, torch.Tensor]:
-        """Dynamic padding: pad to the longest name in the batch, cut at ``max_length``."""
+        """Dynamic padding: pad to the longest name in the batch, cut at ``max_length``.
+
+        Texts are clipped to at most ``max_length`` words first (``clip_text``): the tokenizer reads
+        the whole string before truncating, so one 10 MB "name" took minutes and gigabytes to
+        encode, while all but its first ``max_length`` tokens are dropped anyway.
+        """
         return self.tokenizer(
-            list(texts),
+            [clip_text(t, self.settings.max_length) for t in texts],
             padding="max_length" if self.pad_to_max_length else True,
             truncation=True,
             max_length=self.settings.max_length,

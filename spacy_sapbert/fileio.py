@@ -1,4 +1,5 @@
-"""Atomic writes: a crash mid-write must leave the previous artifact intact."""
+"""Atomic writes (a crash mid-write must leave the previous artifact intact), and file stamps:
+how objects memory-mapped from a file pickle by path instead of by value."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator, Union
+from typing import IO, Any, Iterator, Tuple, Union
 
 PathLike = Union[str, os.PathLike]
 
@@ -74,3 +75,26 @@ def atomic_dir(path: PathLike) -> Iterator[Path]:
     os.replace(tmp, path)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+FileStamp = Tuple[str, int, int]
+
+
+def file_stamp(path: PathLike) -> FileStamp:
+    """``(absolute path, size, mtime_ns)`` of a file: what a memory-mapped table or index pickles
+    as (a worker process maps the file again instead of receiving a copy of its bytes)."""
+    st = os.stat(path)
+    return (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+
+
+def stamped_path(stamp: FileStamp) -> Path:
+    """The file ``stamp`` names, if it is still the file that was stamped; otherwise an error
+    naming it (a KB rebuilt in place must not be mixed with the one a process had loaded)."""
+    path, size, mtime_ns = stamp
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: memory-mapped by the process that pickled it, but gone now; load the KB again") from None
+    if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
+        raise ValueError(f"{path} changed on disk after it was memory-mapped (rebuilt?); load the KB again")
+    return Path(path)

@@ -14,7 +14,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 import faiss
 import numpy as np
 
-from .fileio import read_json, write_json
+from .fileio import FileStamp, file_stamp, read_json, stamped_path, write_json
 
 INDEX_KINDS = ("flat", "flat-fp16", "sq8", "hnsw", "ivf-sq8", "ivf-fp16", "ivf-pq")
 INDEX_FILE = "index.faiss"
@@ -48,7 +48,14 @@ class NpyRows:
             raise ValueError(f"{self.path} must hold a C-ordered 2-D array, not shape {shape}")
         self.shape = shape
         self.row_bytes = shape[1] * self.dtype.itemsize
+        self._stamp = file_stamp(self.path)
         self._file = open(self.path, "rb", buffering=0)
+
+    def __getstate__(self) -> dict:  # an open file does not pickle: the path does
+        return {"stamp": self._stamp}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(stamped_path(state["stamp"]))  # type: ignore[misc]
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -193,6 +200,37 @@ class VectorIndex:
         self.device = "cpu"
         self._device_base = None  # exact search's vectors copied to the GPU, when one is used
         self._gpu_index = None  # a FAISS GPU clone of a compressed index, when faiss-gpu is installed
+        self._source: Optional[Tuple[str, FileStamp]] = None  # the folder, when memory-mapped by ``from_disk``
+
+    def __getstate__(self) -> dict:
+        """A memory-mapped index pickles as its folder (a worker maps it again: ``nlp.pipe(n_process=...)``
+        under spawn), an in-memory one by value (FAISS serialises it). Search settings changed since
+        loading (``meta``) and the device go along; GPU copies are made again where unpickled."""
+        if self._source is not None:
+            return {"source": self._source, "meta": self.meta, "device": self.device}
+        state = dict(self.__dict__)
+        state.update(_device_base=None, _gpu_index=None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        if "source" not in state:
+            self.__dict__.update(state)
+            self.use_device(self.device)
+            return
+        folder, stamp = state["source"]
+        stamped_path(stamp)
+        loaded = VectorIndex.from_disk(folder, mmap=True)
+        self.__dict__.update(loaded.__dict__)
+        self.meta = state["meta"]
+        self._apply_search_settings()
+        self.use_device(state["device"])
+
+    def _apply_search_settings(self) -> None:
+        """Set the FAISS search parameters ``meta`` records (IVF ``nprobe``, HNSW ``efSearch``)."""
+        if isinstance(self.index, faiss.IndexIVF) or "nprobe" in self.meta:
+            faiss.extract_index_ivf(self.index).nprobe = int(self.meta.get("nprobe", 32))  # type: ignore[call-overload]
+        if "ef_search" in self.meta:
+            faiss.downcast_index(self.index).hnsw.efSearch = int(self.meta["ef_search"])  # type: ignore[call-overload]
 
     def use_device(self, device: str) -> None:
         """Search on ``device`` (e.g. ``cuda:0``). Exact search copies its vectors there once, in
@@ -398,10 +436,6 @@ class VectorIndex:
             index = faiss.read_index(str(path / INDEX_FILE))
         if index.ntotal != meta.get("n") or index.d != meta.get("dim"):
             raise ValueError(f"{path}/{INDEX_FILE} does not match {INDEX_META} (n/dim differ): rebuild the index")
-        if isinstance(index, faiss.IndexIVF) or "nprobe" in meta:
-            faiss.extract_index_ivf(index).nprobe = int(meta.get("nprobe", 32))  # type: ignore[arg-type]
-        if "ef_search" in meta:
-            faiss.downcast_index(index).hnsw.efSearch = int(meta["ef_search"])  # type: ignore[call-overload]
         rerank = None
         if meta.get("rerank"):
             if not (path / RERANK_FILE).is_file():
@@ -410,7 +444,11 @@ class VectorIndex:
             if vectors.shape != (index.ntotal, index.d):
                 raise ValueError(f"{path}/{RERANK_FILE} has shape {vectors.shape}, expected ({index.ntotal}, {index.d}): rebuild the index")
             rerank = [vectors]
-        return cls(index, meta, rerank=rerank)
+        loaded = cls(index, meta, rerank=rerank)
+        loaded._apply_search_settings()
+        if mmap:
+            loaded._source = (str(path.resolve()), file_stamp(path / INDEX_FILE))
+        return loaded
 
 
 

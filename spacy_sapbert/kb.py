@@ -29,7 +29,7 @@ import numpy as np
 from .fileio import read_json, write_json
 from .normalize import normalize_name
 from .records import ConceptRecord
-from .strings import SEP, ListTable, StringTable, load_npy, save_npy, table_files
+from .strings import SEP, ListTable, StringTable, first_decrease, load_npy, save_npy, table_files
 
 KB_FORMAT = "spacy-sapbert-kb"
 KB_VERSION = 2
@@ -63,6 +63,7 @@ class ConceptKB:
         name_concepts: np.ndarray,
         lowercase: bool = True,
         concept_xrefs: Optional[Sequence[List[str]]] = None,
+        strip_punctuation: bool = False,
     ):
         self.concept_ids = concept_ids
         self.concept_names = concept_names
@@ -72,6 +73,7 @@ class ConceptKB:
         self.name_offsets = name_offsets
         self.name_concepts = name_concepts
         self.lowercase = lowercase
+        self.strip_punctuation = strip_punctuation
         self.concept_xrefs = concept_xrefs if concept_xrefs is not None else [[] for _ in concept_ids]
         self._row_of_id: Optional[Dict[str, int]] = None
         self._row_of_name: Optional[Dict[str, int]] = None
@@ -80,7 +82,11 @@ class ConceptKB:
     # ------------------------------------------------------------------ building
     @classmethod
     def from_records(
-        cls, records: Iterable[ConceptRecord], on_duplicate: str = "error", lowercase: bool = True
+        cls,
+        records: Iterable[ConceptRecord],
+        on_duplicate: str = "error",
+        lowercase: bool = True,
+        strip_punctuation: bool = False,
     ) -> "ConceptKB":
         """Build from concept records.
 
@@ -122,7 +128,7 @@ class ConceptKB:
                 concept_types.append(list(dict.fromkeys(rec.types)))
                 concept_xrefs.append(list(dict.fromkeys(rec.xrefs)))
             for raw in rec.all_names:
-                key = normalize_name(raw, lowercase)
+                key = normalize_name(raw, lowercase, strip_punctuation)
                 if not key:
                     continue
                 rows = name_rows.setdefault(key, [])
@@ -142,6 +148,7 @@ class ConceptKB:
             offsets,
             flat,
             lowercase=lowercase,
+            strip_punctuation=strip_punctuation,
             concept_xrefs=concept_xrefs,
         )
 
@@ -166,7 +173,11 @@ class ConceptKB:
         """The name row of ``name`` after normalisation, or None (exact-match lookups)."""
         if self._row_of_name is None:
             self._row_of_name = {n: i for i, n in enumerate(self.names)}
-        return self._row_of_name.get(normalize_name(name, self.lowercase))
+        return self._row_of_name.get(self.normalize(name))
+
+    def normalize(self, text: str) -> str:
+        """A name or query as this KB's name table stores it: the one rule for KB rows and mention queries."""
+        return normalize_name(text, self.lowercase, self.strip_punctuation)
 
     def names_of_concept(self, concept_id: str) -> List[str]:
         """All display names of a concept (a slow scan; meant for inspection, not linking)."""
@@ -233,7 +244,14 @@ class ConceptKB:
         save_npy(path / "name_concepts.npy", self.name_concepts)
         write_json(
             path / "kb.json",
-            {"format": KB_FORMAT, "version": KB_VERSION, "lowercase": self.lowercase, "fingerprint": self.fingerprint, **self.stats()},
+            {
+                "format": KB_FORMAT,
+                "version": KB_VERSION,
+                "lowercase": self.lowercase,
+                "strip_punctuation": self.strip_punctuation,
+                "fingerprint": self.fingerprint,
+                **self.stats(),
+            },
         )
         for name in V1_FILES:
             (path / name).unlink(missing_ok=True)
@@ -256,12 +274,15 @@ class ConceptKB:
                 StringTable.load(path / name, mmap) for name in ("concept_ids", "concept_names", "names", "display_names")
             )
             ctypes, cxrefs = (ListTable.load(path / name, mmap) for name in ("concept_types", "concept_xrefs"))
-        kb = cls(ids, cnames, ctypes, names, display, offsets, flat, meta.get("lowercase", True), cxrefs)
+        kb = cls(
+            ids, cnames, ctypes, names, display, offsets, flat, meta.get("lowercase", True), cxrefs,
+            strip_punctuation=meta.get("strip_punctuation", False),
+        )
         kb._check(path, meta)
         return kb
 
     def _check(self, path: Path, meta: Dict[str, object]) -> None:
-        """Every table has the length kb.json records (cheap: no data is read)."""
+        """Every table has the length kb.json records (no data read), then ``_check_values``."""
         if self.name_offsets.ndim != 1 or self.name_concepts.ndim != 1:
             raise ValueError(f"{path}: name_offsets.npy and name_concepts.npy must be 1-D arrays")
         n_names, n_concepts = int(meta["names"]), int(meta["concepts"])  # type: ignore[call-overload]
@@ -286,6 +307,45 @@ class ConceptKB:
                 f"{path}: name_concepts.npy has {len(self.name_concepts)} rows but name_offsets.npy ends at {links} "
                 "(truncated or mixed-up files)"
             )
+        self._check_values(path, n_concepts)
+
+    def _check_values(self, path: Path, n_concepts: int) -> None:
+        """The name→concept arrays hold what lookups assume: offsets from 0, never decreasing,
+        and concept rows in range; otherwise a query answers wrongly or fails far from the cause.
+
+        Vectorised and chunked (a few ms per million names, bounded memory); the string tables'
+        own starts get the same monotonicity check.
+        """
+        offsets, flat = self.name_offsets, self.name_concepts
+        for name, arr in (("name_offsets.npy", offsets), ("name_concepts.npy", flat)):
+            if not np.issubdtype(arr.dtype, np.integer):
+                raise ValueError(f"{path / name}: must hold integers, not {arr.dtype}")
+        if int(offsets[0]) != 0:
+            raise ValueError(f"{path / 'name_offsets.npy'}: must start at 0, starts at {int(offsets[0])}")
+        bad = first_decrease(offsets)
+        if bad is not None:
+            raise ValueError(
+                f"{path / 'name_offsets.npy'}: offsets must never decrease, but entry {bad + 1} "
+                f"({int(offsets[bad + 1])}) is below entry {bad} ({int(offsets[bad])})"
+            )
+        lo, hi = value_range(flat)
+        if lo < 0 or hi >= n_concepts:
+            value = lo if lo < 0 else hi
+            raise ValueError(
+                f"{path / 'name_concepts.npy'}: concept row {value} at entry {int(np.argmax(np.asarray(flat) == value))} "
+                f"is out of range for {n_concepts} concepts"
+            )
+        for name in STRING_TABLES + LIST_TABLES:
+            table = getattr(self, name)
+            if hasattr(table, "validate"):
+                table.validate()
+
+
+def value_range(arr: np.ndarray) -> tuple:
+    """(min, max) of an integer array as Python ints; (0, -1) when empty."""
+    if len(arr) == 0:
+        return 0, -1
+    return int(np.min(arr)), int(np.max(arr))
 
 
 def _where(path: Path, name: str, version: object) -> str:

@@ -3,60 +3,155 @@
 It links entity spans (``doc.ents``, optionally a span group) to KB concepts: mentions of a
 whole batch of docs are normalised, de-duplicated, looked up in a small cache, encoded
 together and searched in one FAISS call. Results go to ``span._.cui``,
-``span._.cui_candidates`` and ``token.ent_kb_id_`` (so ``ent.kb_id_`` holds).
+``span._.cui_candidates``, ``span._.cui_parts`` and ``token.ent_kb_id_`` (so ``ent.kb_id_`` holds).
+
+It is a ``spacy.pipeline.Pipe``: error handlers apply to it, ``nlp.evaluate`` reports its kb-id
+precision/recall/F (``kb_id_p``/``kb_id_r``/``kb_id_f``), and its settings live in the pipeline's
+config only; ``to_disk``/``to_bytes`` carry the data (KB and encoder), never settings.
 """
 from __future__ import annotations
 
+import tempfile
 from collections import OrderedDict
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
+import srsly
 from spacy.language import Language
+from spacy.pipeline import Pipe
+from spacy.scorer import PRFScore
 from spacy.tokens import Doc, Span, SpanGroup
-from spacy.util import minibatch
+from spacy.training import Example
+from spacy.util import minibatch, registry
 
+from .abbreviations import query_text
+from .composites import split_mention
 from .encoder import SapEncoder, resolve_encoder_path
-from .fileio import read_json, write_json
-from .normalize import normalize_name
 from .search import Candidate, LinkingKB
 
 CandidateTuple = Tuple[str, str, float, bool]
+PartTuple = Tuple[str, List[CandidateTuple]]
+AMBIGUOUS_CHOICES = ("none", "first")
+BYTES_FORMAT = "spacy-sapbert-linker-bytes-v1"
+
+
+def _top_score(cands: Sequence[Candidate]) -> float:
+    return cands[0].score if cands else float("-inf")
+
+
+def as_candidates(value: Optional[Sequence[Sequence[Any]]]) -> Optional[List[CandidateTuple]]:
+    """``span._.cui_candidates`` as documented: a list of ``(concept_id, name, score, ambiguous)``
+    tuples. ``DocBin``, ``Doc.to_bytes`` and ``n_process`` store them as lists; read back, they are tuples again."""
+    return None if value is None else [tuple(c) for c in value]  # type: ignore[misc]
+
+
+def as_parts(value: Optional[Sequence[Sequence[Any]]]) -> Optional[List[PartTuple]]:
+    """``span._.cui_parts``: a list of ``(query, candidates)`` tuples, candidates as in ``as_candidates``."""
+    return None if value is None else [(str(q), as_candidates(c) or []) for q, c in value]
 
 
 class _SpanAttribute:
     """A span extension stored exactly where spaCy stores plain ones, marked as ours.
 
     The mark lets us re-register our own attribute freely while refusing to overwrite an
-    attribute of the same name that another package registered.
+    attribute of the same name that another package registered. ``convert`` gives the value
+    one type however the doc travelled (serialisation turns tuples into lists).
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, convert: Optional[Callable[[Any], Any]] = None):
         self.name = name
+        self.convert = convert
 
     def _key(self, span: Span) -> tuple:
         return ("._.", self.name, span.start_char, span.end_char)
 
     def get(self, span: Span) -> Any:
-        return span.doc.user_data.get(self._key(span))
+        value = span.doc.user_data.get(self._key(span))
+        return value if self.convert is None or value is None else self.convert(value)
 
     def set(self, span: Span, value: Any) -> None:
         span.doc.user_data[self._key(span)] = value
 
 
-def register_span_attribute(name: str) -> None:
+def register_span_attribute(name: str, convert: Optional[Callable[[Any], Any]] = None) -> None:
     """Register ``Span._.<name>`` unless another package already owns that name."""
     if Span.has_extension(name):
         getter = Span.get_extension(name)[2]
-        if isinstance(getattr(getter, "__self__", None), _SpanAttribute):
+        if not isinstance(getattr(getter, "__self__", None), _SpanAttribute):
+            raise ValueError(
+                f"Span extension '{name}' is already registered by another package. spacy-sapbert will not "
+                f"overwrite it: choose other names with the component's 'cui_attr' / 'candidates_attr' settings."
+            )
+        if getter.__self__.convert is convert:
             return
-        raise ValueError(
-            f"Span extension '{name}' is already registered by another package. spacy-sapbert will not "
-            f"overwrite it: choose other names with the component's 'cui_attr' / 'candidates_attr' settings."
-        )
-    attr = _SpanAttribute(name)
-    Span.set_extension(name, getter=attr.get, setter=attr.set)
+    attr = _SpanAttribute(name, convert)
+    Span.set_extension(name, getter=attr.get, setter=attr.set, force=True)
 
 
+# ---------------------------------------------------------------------------- scoring
+def _linkable(doc: Doc, spans_key: Optional[str], link_ents: bool, labels: Iterable[str]) -> Dict[Tuple[int, int], Span]:
+    """The spans of ``doc`` a linker with these settings links, by character offsets."""
+    wanted = set(labels)
+    spans: List[Span] = list(doc.ents) if link_ents else []
+    if spans_key is not None and spans_key in doc.spans:
+        spans.extend(doc.spans[spans_key])
+    out: Dict[Tuple[int, int], Span] = {}
+    for span in spans:
+        if not wanted or span.label_ in wanted:
+            out.setdefault((span.start_char, span.end_char), span)
+    return out
+
+
+def score_kb_ids(
+    examples: Iterable[Example],
+    *,
+    spans_key: Optional[str] = None,
+    link_ents: bool = True,
+    labels: Iterable[str] = (),
+    **cfg: Any,
+) -> Dict[str, Any]:
+    """Concept-id precision, recall and F (``kb_id_p``/``kb_id_r``/``kb_id_f``, and per gold label).
+
+    Like spaCy's ``Scorer.score_links``, only predicted spans at a gold span's offsets count,
+    which keeps linking apart from mention detection (scored by the detector). Gold spans without
+    a kb id are not annotated and not scored. A right id is a true positive; no id (below the
+    threshold, or an ambiguous name) a false negative; a wrong id both a false positive and a
+    false negative.
+    """
+    labels = list(labels)
+    per_type: Dict[str, PRFScore] = {}
+    for eg in examples:
+        gold = _linkable(eg.reference, spans_key, link_ents, ())
+        for offsets, span in _linkable(eg.predicted, spans_key, link_ents, labels).items():
+            ref = gold.get(offsets)
+            if ref is None or not ref.kb_id_:
+                continue
+            prf = per_type.setdefault(ref.label_, PRFScore())
+            if span.kb_id_ == ref.kb_id_:
+                prf.tp += 1
+            elif not span.kb_id_:
+                prf.fn += 1
+            else:
+                prf.fp += 1
+                prf.fn += 1
+    micro = PRFScore()
+    for prf in per_type.values():
+        micro.tp, micro.fp, micro.fn = micro.tp + prf.tp, micro.fp + prf.fp, micro.fn + prf.fn
+    return {
+        "kb_id_p": micro.precision,
+        "kb_id_r": micro.recall,
+        "kb_id_f": micro.fscore,
+        "kb_id_per_type": {label: prf.to_dict() for label, prf in sorted(per_type.items())},
+    }
+
+
+@registry.scorers("spacy_sapbert.kb_id_scorer.v1")
+def make_kb_id_scorer() -> Callable[..., Dict[str, Any]]:
+    """The linker's default ``scorer``: ``score_kb_ids``."""
+    return score_kb_ids
+
+
+# ---------------------------------------------------------------------------- the factory
 @Language.factory(
     "sapbert_linker",
     assigns=["token.ent_kb_id"],
@@ -65,16 +160,21 @@ def register_span_attribute(name: str) -> None:
         "encoder": None,
         "top_k": 5,
         "threshold": 0.0,
+        "ambiguous": "none",
         "labels": [],
         "spans_key": None,
         "link_ents": True,
         "cui_attr": "cui",
         "candidates_attr": "cui_candidates",
+        "parts_attr": "cui_parts",
+        "split_composites": True,
         "batch_size": 256,
         "cache_size": 10000,
         "device": "auto",
         "precision": "auto",
+        "scorer": {"@scorers": "spacy_sapbert.kb_id_scorer.v1"},
     },
+    default_score_weights={"kb_id_f": 1.0, "kb_id_p": 0.0, "kb_id_r": 0.0, "kb_id_per_type": None},
 )
 def make_sapbert_linker(
     nlp: Language,
@@ -83,19 +183,25 @@ def make_sapbert_linker(
     encoder: Optional[str],
     top_k: int,
     threshold: float,
+    ambiguous: str,
     labels: List[str],
     spans_key: Optional[str],
     link_ents: bool,
     cui_attr: str,
     candidates_attr: str,
+    parts_attr: str,
+    split_composites: bool,
     batch_size: int,
     cache_size: int,
     device: str,
     precision: str,
+    scorer: Optional[Callable],
 ) -> "SapBertLinker":
     """``kb``: a folder built by ``build-kb`` (None: the embedded HPO default).
     ``encoder``: a local transformers folder (None: the encoder the KB was built with if that
-    folder exists here, else the offline MiniLM)."""
+    folder exists here, else the offline MiniLM). ``ambiguous``: what ``_.cui``/``kb_id_`` get
+    when the best name belongs to several concepts: ``"none"`` (nothing: the linker does not
+    guess; the candidates list them all) or ``"first"`` (the first of them)."""
     return SapBertLinker(
         nlp.vocab,
         name=name,
@@ -103,19 +209,29 @@ def make_sapbert_linker(
         encoder_path=encoder,
         top_k=top_k,
         threshold=threshold,
+        ambiguous=ambiguous,
         labels=labels,
         spans_key=spans_key,
         link_ents=link_ents,
         cui_attr=cui_attr,
         candidates_attr=candidates_attr,
+        parts_attr=parts_attr,
+        split_composites=split_composites,
         batch_size=batch_size,
         cache_size=cache_size,
         device=device,
         precision=precision,
+        scorer=scorer,
     )
 
 
-class SapBertLinker:
+def _built_with(linking_kb: LinkingKB) -> Optional[str]:
+    """The encoder folder the KB was built with, if it exists on this machine."""
+    source = str(linking_kb.meta["encoder"].get("source", ""))  # type: ignore[union-attr]
+    return source if source and (Path(source) / "config.json").is_file() else None
+
+
+class SapBertLinker(Pipe):
     """Links spans to concepts by nearest-neighbour search over SapBERT name embeddings."""
 
     def __init__(
@@ -127,40 +243,56 @@ class SapBertLinker:
         encoder_path: Optional[str] = None,
         top_k: int = 5,
         threshold: float = 0.0,
+        ambiguous: str = "none",
         labels: Sequence[str] = (),
         spans_key: Optional[str] = None,
         link_ents: bool = True,
         cui_attr: str = "cui",
         candidates_attr: str = "cui_candidates",
+        parts_attr: str = "cui_parts",
+        split_composites: bool = True,
         batch_size: int = 256,
         cache_size: int = 10000,
         device: str = "auto",
         precision: str = "auto",
+        scorer: Optional[Callable] = score_kb_ids,
     ):
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
-        if cui_attr == candidates_attr:
-            raise ValueError("cui_attr and candidates_attr must differ")
+        if ambiguous not in AMBIGUOUS_CHOICES:
+            raise ValueError(f"ambiguous must be one of {AMBIGUOUS_CHOICES}, got {ambiguous!r}")
+        if len({cui_attr, candidates_attr, parts_attr}) < 3:
+            raise ValueError("cui_attr, candidates_attr and parts_attr must differ")
         self.vocab = vocab
         self.name = name
         self.kb_path = kb_path
         self.encoder_path = encoder_path
         self.top_k = top_k
         self.threshold = threshold
-        self.labels = set(labels)
+        self.ambiguous = ambiguous
+        self._labels = frozenset(labels)
         self.spans_key = spans_key
         self.link_ents = link_ents
         self.cui_attr = cui_attr
         self.candidates_attr = candidates_attr
+        self.parts_attr = parts_attr
+        self.split_composites = split_composites
         self.batch_size = batch_size
         self.cache_size = cache_size
         self.device = device
         self.precision = precision
+        self.scorer = scorer
         self.linking_kb: Optional[LinkingKB] = None
         self.encoder: Optional[SapEncoder] = None
         self._cache: "OrderedDict[str, List[Candidate]]" = OrderedDict()
         register_span_attribute(cui_attr)
-        register_span_attribute(candidates_attr)
+        register_span_attribute(candidates_attr, as_candidates)
+        register_span_attribute(parts_attr, as_parts)
+
+    @property
+    def labels(self) -> Tuple[str, ...]:
+        """The entity labels this linker links (empty: all)."""
+        return tuple(sorted(self._labels))
 
     # ------------------------------------------------------------------ loading
     def initialize(
@@ -171,20 +303,32 @@ class SapBertLinker:
         kb: Optional[str] = None,
         encoder: Optional[str] = None,
     ) -> None:
-        """Load the KB folder and the encoder (the heavy part), checking that they belong together."""
-        kb_path = kb or self.kb_path
-        encoder_path = encoder or self.encoder_path
-        if kb_path is None:
+        """Load the KB folder and the encoder (the heavy part), checking that they belong together.
+
+        ``nlp.initialize()`` calls this; without it the first ``__call__``/``pipe`` does, before
+        any doc, so a wrong path fails there naming it. ``kb``/``encoder`` (from
+        ``[initialize.components.<name>]``) replace the component's settings for this load.
+        """
+        self._load(kb or self.kb_path, encoder or self.encoder_path, keep=False)
+
+    def _ensure_ready(self) -> None:
+        """Load what is not loaded yet (``from_disk`` may have loaded one part), from the settings."""
+        if self.linking_kb is None or self.encoder is None:
+            self._load(self.kb_path, self.encoder_path, keep=True)
+
+    def _load(self, kb_path: Optional[str], encoder_path: Optional[str], keep: bool) -> None:
+        linking_kb = self.linking_kb if keep else None
+        encoder = self.encoder if keep else None
+        if linking_kb is None and kb_path is None:  # the embedded default is built for the encoder
             from .defaults import default_kb_path
 
-            enc = self._load_encoder(encoder_path)
-            self.set_kb(LinkingKB.from_disk(default_kb_path(enc)), enc)
-            return
-        linking_kb = LinkingKB.from_disk(kb_path)
-        if encoder_path is None:
-            built_with = str(linking_kb.meta["encoder"].get("source", ""))  # type: ignore[union-attr]
-            encoder_path = built_with if built_with and (Path(built_with) / "config.json").is_file() else None
-        self.set_kb(linking_kb, self._load_encoder(encoder_path))
+            encoder = encoder or self._load_encoder(encoder_path)
+            linking_kb = LinkingKB.from_disk(default_kb_path(encoder))
+        if linking_kb is None:
+            linking_kb = LinkingKB.from_disk(kb_path)  # type: ignore[arg-type]  # its errors name the folder
+        if encoder is None:
+            encoder = self._load_encoder(encoder_path or _built_with(linking_kb))
+        self.set_kb(linking_kb, encoder)
 
     def _load_encoder(self, path: Optional[str]) -> SapEncoder:
         return SapEncoder.load(resolve_encoder_path(path), device=self.device, precision=self.precision)
@@ -197,46 +341,83 @@ class SapBertLinker:
         self.encoder = encoder
         self._cache.clear()
 
-    def _ensure_ready(self) -> None:
-        if self.linking_kb is None or self.encoder is None:
-            self.initialize()
-
     # ------------------------------------------------------------------ linking
     def spans_to_link(self, doc: Doc) -> List[Span]:
         spans: List[Span] = []
         if self.link_ents:
-            spans.extend(e for e in doc.ents if not self.labels or e.label_ in self.labels)
+            spans.extend(e for e in doc.ents if not self._labels or e.label_ in self._labels)
         if self.spans_key is not None and self.spans_key in doc.spans:
-            spans.extend(s for s in doc.spans[self.spans_key] if not self.labels or s.label_ in self.labels)
+            spans.extend(s for s in doc.spans[self.spans_key] if not self._labels or s.label_ in self._labels)
         return spans
 
     def __call__(self, doc: Doc) -> Doc:
-        return next(iter(self.pipe([doc])))
+        self._ensure_ready()
+        self.set_annotations([doc], self.predict([doc]))
+        return doc
 
     def pipe(self, stream: Iterable[Doc], batch_size: int = 128) -> Iterator[Doc]:
+        """Link ``stream`` a batch at a time; a batch that raises goes to the error handler
+        (``nlp.set_error_handler``; by default it re-raises). Loading happens first, outside it."""
+        self._ensure_ready()
+        error_handler = self.get_error_handler()
         for docs in minibatch(stream, size=batch_size):
-            self.set_annotations(docs, self.predict(docs))
-            yield from docs
+            try:
+                self.set_annotations(docs, self.predict(docs))
+                yield from docs
+            except Exception as e:
+                error_handler(self.name, self, docs, e)
 
-    def predict(self, docs: Sequence[Doc]) -> List[List[List[Candidate]]]:
-        """Candidates for every span of every doc; each distinct mention is encoded once."""
-        per_doc_keys = [[normalize_name(s.text) for s in self.spans_to_link(doc)] for doc in docs]
-        wanted = {k for keys in per_doc_keys for k in keys if k}
+    def predict(self, docs: Sequence[Doc]) -> List[List[List[Tuple[str, List[Candidate]]]]]:
+        """Per doc, per span: the linked parts ``(query, candidates)``; each distinct query is encoded once.
+
+        A span's query is its text with abbreviations defined in the doc expanded; a coordination
+        ("breast and ovarian cancer") is also queried part by part, and the parts are kept when
+        every part matches the KB better than the whole does.
+        """
+        per_doc = [[self._queries(span) for span in self.spans_to_link(doc)] for doc in docs]
+        wanted = {q for spans in per_doc for queries in spans for q in queries}
         if wanted:
             self._ensure_ready()
-            self._fill_cache(sorted(wanted))
-        return [[self._cache.get(k, []) if k else [] for k in keys] for keys in per_doc_keys]
+        normalized = {q: self.normalize(q) for q in wanted}
+        found = self._lookup(sorted(set(normalized.values()) - {""}))
+        out: List[List[List[Tuple[str, List[Candidate]]]]] = []
+        for spans in per_doc:
+            doc_out = []
+            for queries in spans:
+                linked = [(normalized[q], found.get(normalized[q], [])) for q in queries]
+                whole, parts = linked[0], linked[1:]
+                if parts and all(p[1] for p in parts) and min(p[1][0].score for p in parts) > _top_score(whole[1]):
+                    doc_out.append(parts)
+                else:
+                    doc_out.append([whole])
+            out.append(doc_out)
+        return out
+
+    def _queries(self, span: Span) -> List[str]:
+        """The whole mention's query, then its parts when it looks like a coordination."""
+        text = query_text(span)
+        parts = split_mention(text) if self.split_composites else [text]
+        return [text] + (parts if len(parts) > 1 else [])
+
+    def normalize(self, text: str) -> str:
+        """A query as the KB normalises its names (``ConceptKB.normalize``: the KB decides case and
+        punctuation), the one rule ``LinkingKB.link`` applies too."""
+        self._ensure_ready()
+        assert self.linking_kb is not None
+        return self.linking_kb.kb.normalize(text)
 
     def link_strings(self, mentions: Sequence[str]) -> List[List[Candidate]]:
-        """Candidates for bare mention strings (no Doc needed)."""
-        keys = [normalize_name(m) for m in mentions]
-        wanted = sorted({k for k in keys if k})
-        if wanted:
-            self._ensure_ready()
-            self._fill_cache(wanted)
-        return [self._cache.get(k, []) if k else [] for k in keys]
+        """Candidates for bare mention strings (no Doc needed), through the same cache."""
+        if not mentions:
+            return []
+        keys = [self.normalize(m) for m in mentions]
+        found = self._lookup(sorted({k for k in keys if k}))
+        return [found.get(k, []) for k in keys]
 
-    def _fill_cache(self, keys: List[str]) -> None:
+    def _lookup(self, keys: List[str]) -> Dict[str, List[Candidate]]:
+        """Candidates of normalised queries: cached ones from the LRU cache, the rest encoded in one batch."""
+        if not keys:
+            return {}
         assert self.linking_kb is not None and self.encoder is not None
         missing = [k for k in keys if k not in self._cache]
         for k in keys:
@@ -246,20 +427,33 @@ class SapBertLinker:
             vectors = self.encoder.encode(missing, batch_size=self.batch_size)
             for key, cands in zip(missing, self.linking_kb.candidates(vectors, top_k=self.top_k)):
                 self._cache[key] = cands
+        found = {k: self._cache[k] for k in keys}
         # Evict least recently used entries, never the ones this batch needs.
         excess = len(self._cache) - self.cache_size
         if excess > 0:
             needed = set(keys)
             for key in [k for k in self._cache if k not in needed][:excess]:
                 del self._cache[key]
+        return found
 
-    def set_annotations(self, docs: Sequence[Doc], candidates: List[List[List[Candidate]]]) -> None:
-        for doc, doc_cands in zip(docs, candidates):
+    def best(self, cands: Sequence[Candidate]) -> Optional[Candidate]:
+        """The candidate ``_.cui`` gets: the top one if it reaches ``threshold``, unless its name is
+        ambiguous and ``ambiguous`` is ``"none"``."""
+        if not cands or cands[0].score < self.threshold:
+            return None
+        if cands[0].ambiguous and self.ambiguous == "none":
+            return None
+        return cands[0]
+
+    def set_annotations(self, docs: Sequence[Doc], linked_parts: List[List[List[Tuple[str, List[Candidate]]]]]) -> None:
+        for doc, doc_parts in zip(docs, linked_parts):
             linked: Dict[Tuple[int, int, int], str] = {}
-            for span, cands in zip(self.spans_to_link(doc), doc_cands):
-                best = cands[0] if cands and cands[0].score >= self.threshold else None
+            for span, parts in zip(self.spans_to_link(doc), doc_parts):
+                cands = parts[0][1]
+                best = self.best(cands)
                 span._.set(self.cui_attr, best.concept_id if best else None)
                 span._.set(self.candidates_attr, [c.to_tuple() for c in cands])
+                span._.set(self.parts_attr, [(query, [c.to_tuple() for c in pc]) for query, pc in parts])
                 if best is not None:
                     linked[(span.start, span.end, span.label)] = best.concept_id
             if self.link_ents:
@@ -281,37 +475,70 @@ class SapBertLinker:
                     ],
                 )
 
-    # ------------------------------------------------------------------ serialization
-    def _cfg(self) -> Dict[str, Any]:
-        return {
-            "top_k": self.top_k,
-            "threshold": self.threshold,
-            "labels": sorted(self.labels),
-            "spans_key": self.spans_key,
-            "link_ents": self.link_ents,
-            "cui_attr": self.cui_attr,
-            "candidates_attr": self.candidates_attr,
-        }
+    def score(self, examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:
+        """``scorer`` (default ``score_kb_ids``) over the spans this linker links."""
+        if self.scorer is None:
+            return {}
+        settings = {"spans_key": self.spans_key, "link_ents": self.link_ents, "labels": self.labels}
+        return self.scorer(examples, **{**settings, **kwargs})
 
+    # ------------------------------------------------------------------ serialization
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
-        """Save encoder, KB and index inside the pipeline folder, so it loads anywhere."""
-        self._ensure_ready()
-        assert self.linking_kb is not None and self.encoder is not None
+        """Save the encoder (``encoder/``) and the KB with its index (``kb/``) inside the pipeline
+        folder, so it loads anywhere. Settings are the pipeline's config and are not saved here.
+
+        A linker on the embedded default KB that was never used saves neither: loaded, it builds
+        or reuses the default from its config at first use, as it would have here."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        if "encoder" not in exclude:
+        parts = [p for p in ("encoder", "kb") if p not in exclude]
+        if not parts or (self.linking_kb is None and self.encoder is None and self.kb_path is None):
+            return
+        self._ensure_ready()
+        assert self.linking_kb is not None and self.encoder is not None
+        if "encoder" in parts:
             self.encoder.save(path / "encoder")
-        if "kb" not in exclude:
+        if "kb" in parts:
             self.linking_kb.to_disk(path / "kb")
-        write_json(path / "cfg.json", self._cfg())
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "SapBertLinker":
-        path = Path(path)
-        cfg = read_json(path / "cfg.json")
-        self.top_k = cfg["top_k"]
-        self.threshold = cfg["threshold"]
-        self.labels = set(cfg["labels"])
-        self.spans_key = cfg["spans_key"]
-        self.link_ents = cfg["link_ents"]
-        self.set_kb(LinkingKB.from_disk(path / "kb"), self._load_encoder(str(path / "encoder")))
+        """Load the KB and encoder ``to_disk`` saved, except those in ``exclude`` (``"kb"``,
+        ``"encoder"``); a part excluded or not saved is kept, or loaded from the config at first use."""
+        return self._from_folder(Path(path), exclude, mmap=True)
+
+    def _from_folder(self, path: Path, exclude: Iterable[str], mmap: bool) -> "SapBertLinker":
+        linking_kb, encoder = self.linking_kb, self.encoder
+        if "kb" not in exclude and (path / "kb").is_dir():
+            linking_kb = LinkingKB.from_disk(path / "kb", mmap=mmap)
+        if "encoder" not in exclude and (path / "encoder").is_dir():
+            encoder = self._load_encoder(str(path / "encoder"))
+        if linking_kb is not None and encoder is not None:
+            self.set_kb(linking_kb, encoder)
+        else:
+            self.linking_kb, self.encoder = linking_kb, encoder
+            self._cache.clear()
         return self
+
+    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
+        """What ``to_disk`` writes (KB, index and encoder weights: large), as one msgpack message."""
+        with tempfile.TemporaryDirectory(prefix="sapbert-linker-") as tmp:
+            root = Path(tmp)
+            self.to_disk(root, exclude=exclude)
+            files = {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+        return srsly.msgpack_dumps({"format": BYTES_FORMAT, "files": files})
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "SapBertLinker":
+        """Load what ``to_bytes`` wrote (into memory: nothing stays on disk)."""
+        message = srsly.msgpack_loads(bytes_data)
+        if not isinstance(message, dict) or message.get("format") != BYTES_FORMAT:
+            raise ValueError(f"{self.name}: these bytes are not a sapbert_linker's to_bytes() output ({BYTES_FORMAT})")
+        with tempfile.TemporaryDirectory(prefix="sapbert-linker-") as tmp:
+            root = Path(tmp)
+            for name, data in message["files"].items():
+                rel = PurePosixPath(name)
+                if rel.is_absolute() or ".." in rel.parts:
+                    raise ValueError(f"{self.name}: refusing the file name {name!r} in the bytes (outside the folder)")
+                target = root.joinpath(*rel.parts)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+            return self._from_folder(root, exclude, mmap=False)

@@ -17,12 +17,12 @@ from .encoder import SapEncoder
 from .fileio import atomic_dir, atomic_open, read_json, write_json
 from .index import VectorIndex
 from .kb import ConceptKB
-from .normalize import normalize_name
 from .records import ConceptRecord
 
 FORMAT = "spacy-sapbert-linking-kb"
 VERSION = 1
 META_FILE = "meta.json"
+BELOW_ONE = float(np.nextafter(1.0, 0.0))  # the highest score a name that is not the query itself gets
 
 
 class EncoderMismatchError(ValueError):
@@ -94,6 +94,12 @@ class LinkingKB:
         }
         return cls(kb, index, meta)
 
+    @property
+    def calibrated_threshold(self) -> Optional[float]:
+        """The NIL threshold chosen on dev mentions and stored in the meta (``calibration.py``), if any."""
+        found = self.meta.get("calibration")
+        return float(found["threshold"]) if isinstance(found, dict) and found.get("threshold") is not None else None
+
     # ------------------------------------------------------------------ checks
     @property
     def encoder_fingerprint(self) -> str:
@@ -116,21 +122,33 @@ class LinkingKB:
         """Raw nearest names: (scores, name rows), each (n, k)."""
         return self.index.search(vectors, k)
 
-    def candidates(self, vectors: np.ndarray, top_k: int = 5, name_k: Optional[int] = None) -> List[List[Candidate]]:
-        """Concept candidates per query vector: best name score per concept, best first."""
+    def candidates(
+        self, vectors: np.ndarray, top_k: int = 5, name_k: Optional[int] = None, queries: Optional[Sequence[str]] = None
+    ) -> List[List[Candidate]]:
+        """Concept candidates per query vector: best name score per concept, best first.
+
+        Scores are cosines, so they are clipped to [-1, 1] (float rounding gave an exact name
+        1.0000001). With ``queries`` (the normalised query strings), a name equal to its query
+        scores exactly 1.0 and every other name less, so ``threshold=1.0`` keeps exact names only.
+        """
         name_k = name_k or max(4 * top_k, 20)
         scores, rows = self.search_names(vectors, name_k)
+        scores = np.clip(np.asarray(scores, dtype=np.float64), -1.0, 1.0)
+        if queries is not None and len(queries) != len(scores):
+            raise ValueError(f"{len(queries)} queries for {len(scores)} vectors")
         out: List[List[Candidate]] = []
-        for srow, rrow in zip(scores, rows):
+        for i, (srow, rrow) in enumerate(zip(scores, rows)):
             best: Dict[int, Candidate] = {}
             for score, name_row in zip(srow.tolist(), rrow.tolist()):
                 if name_row < 0:
                     continue
+                if queries is not None:
+                    score = 1.0 if self.kb.names[name_row] == queries[i] else min(score, BELOW_ONE)
                 concepts = self.kb.concepts_of_name(name_row)
                 ambiguous = len(concepts) > 1
                 for c in concepts.tolist():
-                    if c not in best:  # results arrive best-first
-                        best[c] = Candidate(self.kb.concept_ids[c], self.kb.display_names[name_row], float(score), ambiguous)
+                    if c not in best or score > best[c].score:
+                        best[c] = Candidate(self.kb.concept_ids[c], self.kb.display_names[name_row], score, ambiguous)
             ranked = sorted(best.values(), key=lambda cand: -cand.score)
             out.append(ranked[:top_k])
         return out
@@ -138,9 +156,9 @@ class LinkingKB:
     def link(self, encoder: SapEncoder, mentions: Sequence[str], top_k: int = 5, batch_size: int = 128) -> List[List[Candidate]]:
         """Normalise, encode and search ``mentions`` (checks the encoder first)."""
         self.check_encoder(encoder)
-        queries = [normalize_name(m, self.kb.lowercase) for m in mentions]
+        queries = [self.kb.normalize(m) for m in mentions]
         vectors = encoder.encode(queries, batch_size=batch_size)
-        return self.candidates(vectors, top_k=top_k)
+        return self.candidates(vectors, top_k=top_k, queries=queries)
 
     # ------------------------------------------------------------------ disk
     def to_disk(self, path: Union[str, Path]) -> None:

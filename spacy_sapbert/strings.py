@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import operator
 from pathlib import Path
-from typing import Iterator, List, Sequence, Tuple, Union, overload
+from typing import Iterator, List, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 
-from .fileio import atomic_open
+from .fileio import FileStamp, atomic_open, file_stamp, stamped_path
 
 SEP = "\x1f"
 _CHUNK = 65_536  # strings decoded at once when iterating or slicing
+_CHECK_CHUNK = 1 << 22  # values compared at once by ``first_decrease``
 PathLike = Union[str, Path]
 
 
@@ -36,6 +37,19 @@ def load_npy(path: Path, mmap: bool = True) -> np.ndarray:
         raise
     except (ValueError, OSError, EOFError) as e:
         raise ValueError(f"{path}: not a readable .npy file, truncated or damaged ({e})") from e
+
+
+def first_decrease(arr: np.ndarray, strict: bool = False) -> Optional[int]:
+    """The first ``i`` where ``arr[i + 1] < arr[i]`` (``<=`` with ``strict``), or None.
+
+    Reads a memory-mapped array in chunks, so checking millions of offsets stays fast and small.
+    """
+    for lo in range(0, max(0, len(arr) - 1), _CHECK_CHUNK):
+        part = np.asarray(arr[lo : lo + _CHECK_CHUNK + 1])
+        down = np.flatnonzero(part[1:] <= part[:-1] if strict else part[1:] < part[:-1])
+        if len(down):
+            return lo + int(down[0])
+    return None
 
 
 def save_npy(path: Path, arr: np.ndarray) -> None:
@@ -64,6 +78,8 @@ class StringTable(Sequence[str]):
             )
         self._blob = blob
         self._starts = starts
+        self._where = where
+        self._files: Optional[Tuple[FileStamp, FileStamp]] = None  # set when memory-mapped by ``load``
         self._bytes = memoryview(blob)
         self._at = memoryview(np.asarray(starts))  # indexing it gives Python ints, fast
         self._n = n
@@ -77,7 +93,10 @@ class StringTable(Sequence[str]):
     @classmethod
     def load(cls, prefix: PathLike, mmap: bool = True) -> "StringTable":
         blob_path, starts_path = table_files(prefix)
-        return cls(load_npy(blob_path, mmap), load_npy(starts_path, mmap), where=f"{blob_path} / {starts_path.name}")
+        table = cls(load_npy(blob_path, mmap), load_npy(starts_path, mmap), where=f"{blob_path} / {starts_path.name}")
+        if mmap:
+            table._files = (file_stamp(blob_path), file_stamp(starts_path))
+        return table
 
     @staticmethod
     def save(strings: Sequence[str], prefix: PathLike) -> None:
@@ -89,6 +108,17 @@ class StringTable(Sequence[str]):
         blob_path, starts_path = table_files(prefix)
         save_npy(blob_path, blob)
         save_npy(starts_path, starts)
+
+    def validate(self) -> None:
+        """Raise if the starts ever go backwards (each string takes at least its separator byte).
+
+        Not done on construction: loading a KB calls it once, vectorised."""
+        bad = first_decrease(self._starts, strict=True)
+        if bad is not None:
+            raise ValueError(
+                f"{self._where}: string {bad} starts at byte {int(self._starts[bad])} but the next one at "
+                f"{int(self._starts[bad + 1])}: the starts must increase (damaged or mismatched files)"
+            )
 
     def joined_bytes(self) -> memoryview:
         """``"\\x1f".join(self).encode()``, without decoding anything."""
@@ -146,11 +176,21 @@ class StringTable(Sequence[str]):
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __getstate__(self) -> dict:  # memoryviews do not pickle; the arrays do (as copies)
-        return {"blob": np.asarray(self._blob), "starts": np.asarray(self._starts)}
+    def __getstate__(self) -> dict:
+        """A memory-mapped table pickles as its files (mapped again on unpickling, e.g. in an
+        ``nlp.pipe(n_process=...)`` worker), an in-memory one as copies of its arrays."""
+        if self._files is not None:
+            return {"files": self._files, "where": self._where}
+        return {"blob": np.asarray(self._blob), "starts": np.asarray(self._starts), "where": self._where}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["blob"], state["starts"])  # type: ignore[misc]
+        files = state.get("files")
+        if files is None:
+            self.__init__(state["blob"], state["starts"], state.get("where", "string table"))  # type: ignore[misc]
+            return
+        blob, starts = (load_npy(stamped_path(f)) for f in files)
+        self.__init__(blob, starts, state["where"])  # type: ignore[misc]
+        self._files = files
 
     def __repr__(self) -> str:
         return f"<StringTable of {self._n} strings, {len(self._blob)} bytes>"
@@ -171,8 +211,20 @@ class ListTable(Sequence[List[str]]):
             )
         self.items = items
         self._rows = rows
+        self._where = where
+        self._rows_file: Optional[FileStamp] = None  # set when memory-mapped by ``load``
         self._at = memoryview(np.asarray(rows))
         self._n = len(rows) - 1
+
+    def validate(self) -> None:
+        """Raise if the row bounds ever go backwards, or the items' starts do."""
+        bad = first_decrease(self._rows)
+        if bad is not None:
+            raise ValueError(
+                f"{self._where}: row {bad} starts at item {int(self._rows[bad])} but the next one at "
+                f"{int(self._rows[bad + 1])}: the rows must not decrease (damaged or mismatched files)"
+            )
+        self.items.validate()
 
     @classmethod
     def from_lists(cls, rows: Sequence[Sequence[str]]) -> "ListTable":
@@ -183,7 +235,10 @@ class ListTable(Sequence[List[str]]):
     def load(cls, prefix: PathLike, mmap: bool = True) -> "ListTable":
         rows_path = _rows_file(prefix)
         items = StringTable.load(prefix, mmap)
-        return cls(items, load_npy(rows_path, mmap), where=f"{rows_path} / {' / '.join(p.name for p in table_files(prefix))}")
+        table = cls(items, load_npy(rows_path, mmap), where=f"{rows_path} / {' / '.join(p.name for p in table_files(prefix))}")
+        if mmap:
+            table._rows_file = file_stamp(rows_path)
+        return table
 
     @staticmethod
     def save(rows: Sequence[Sequence[str]], prefix: PathLike) -> None:
@@ -231,10 +286,15 @@ class ListTable(Sequence[List[str]]):
     __hash__ = None  # type: ignore[assignment]
 
     def __getstate__(self) -> dict:
-        return {"items": self.items, "rows": np.asarray(self._rows)}
+        """Memory-mapped rows pickle as their file, like ``StringTable``'s arrays."""
+        rows = {"rows_file": self._rows_file} if self._rows_file is not None else {"rows": np.asarray(self._rows)}
+        return {"items": self.items, "where": self._where, **rows}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["items"], state["rows"])  # type: ignore[misc]
+        rows_file = state.get("rows_file")
+        rows = load_npy(stamped_path(rows_file)) if rows_file is not None else state["rows"]
+        self.__init__(state["items"], rows, state.get("where", "list table"))  # type: ignore[misc]
+        self._rows_file = rows_file
 
     def __repr__(self) -> str:
         return f"<ListTable of {self._n} rows, {len(self.items)} items>"

@@ -3,16 +3,14 @@ from __future__ import annotations
 
 import pytest
 
+from spacy_sapbert.abbreviations import best_long_form, expand_abbreviations, find_abbreviations
+from spacy_sapbert.composites import split_composite
 from spacy_sapbert.evaluation.datasets import Document, Mention
 from spacy_sapbert.evaluation.preprocess import (
-    best_long_form,
     clean_text,
-    expand_abbreviations,
-    find_abbreviations,
     load_spelling_fixes,
     preprocess_documents,
     select_gold_ids,
-    split_composite,
 )
 from spacy_sapbert.records import InputError
 

@@ -80,17 +80,22 @@ def test_tfidf_finds_near_spellings(mini_ncbi, tmp_path):
     assert result["lenient_acc@5"] >= result["lenient_acc@1"] >= 80.0
 
 
-def test_encoder_run_caches_dictionary_vectors(mini_ncbi, tmp_path, tiny_bert_path, capsys):
-    out = tmp_path / "result.json"
+def test_encoder_links_gold_spans_in_the_pipeline_and_caches_the_kb(mini_ncbi, tmp_path, tiny_bert_path):
     kwargs = dict(data_dir=mini_ncbi, cache_dir=tmp_path / "cache")
     first = evaluate("ncbi-disease", tiny_bert_path, "ontology", "encoder", **kwargs)
     second = evaluate("ncbi-disease", tiny_bert_path, "ontology", "encoder", **kwargs)
-    assert not first["dictionary_cache_hit"] and second["dictionary_cache_hit"]
+    assert not first["kb_cache_hit"] and second["kb_cache_hit"] and first["names_encoded"] == 9
     for key in ("lenient_acc@1", "lenient_acc@5", "strict_acc@1", "strict_acc@5"):
         assert first[key] == second[key]
-        assert 0.0 <= first[key] <= 100.0
+    # the names the KB holds exactly come first whatever the random encoder: "breast cancer",
+    # "ms" (ambiguous: lenient only) and, after the spell-check list, "colorectal cancer"
+    assert first["lenient_acc@1"] >= 60.0 and first["strict_acc@1"] >= 40.0
+    assert first["pipeline"] == ["sapbert_abbreviations", "sapbert_linker"]
+    assert first["gold_spans"]["mentions"] == 5 and first["gold_spans"]["unlinked"] == 0
+    assert first["outside_pipeline"] == {"spelling_list": True}
     assert first["encoder"]["fingerprint"] and first["mentions_per_s"] > 0 and first["peak_rss_mb"] > 0
-    assert len(list((tmp_path / "cache").glob("*.npy"))) == 1
+    assert len(list((tmp_path / "cache").glob("*.npy"))) == 1  # the name vectors
+    assert len(list((tmp_path / "cache" / "kbs").glob("*/meta.json"))) == 1  # the KB folder
 
 
 def test_evaluate_command_prints_and_writes_json(mini_ncbi, tmp_path, capsys, monkeypatch):

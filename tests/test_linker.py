@@ -206,3 +206,198 @@ def test_spacy_package_of_a_linker_pipeline_installs_and_loads(kb_path, tiny_ber
     code = "import spacy, json; nlp = spacy.load('en_sapbert_test'); print(json.dumps([e._.cui for e in nlp('Fits, pyrexia').ents]))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(site)})
     assert json.loads(out.stdout.strip().splitlines()[-1]) == ["HP:3"]
+
+
+# ---------------------------------------------------------------------------- spaCy conventions (issue 13)
+def test_saved_pipeline_follows_its_config_not_saved_settings(kb_path, tiny_bert_path, tmp_path):
+    """The config is the one source of truth: overriding it at load time changes behaviour."""
+    make_nlp(kb_path, tiny_bert_path, top_k=3).to_disk(tmp_path / "pipeline")
+    assert not (tmp_path / "pipeline" / "sapbert_linker" / "cfg.json").exists()
+    overrides = {"components.sapbert_linker.top_k": 1, "components.sapbert_linker.threshold": 2.0}
+    nlp = spacy.load(tmp_path / "pipeline", config=overrides)
+    linker = nlp.get_pipe("sapbert_linker")
+    assert (linker.top_k, linker.threshold) == (1, 2.0)
+    assert nlp.config["components"]["sapbert_linker"]["top_k"] == 1
+    ent = nlp("Seizure").ents[0]
+    assert ent._.cui is None and len(ent._.cui_candidates) == 1
+
+
+def test_linker_is_a_pipe_and_error_handlers_apply(kb_path, tiny_bert_path):
+    from spacy.pipeline import Pipe
+
+    nlp = make_nlp(kb_path, tiny_bert_path)
+    linker = nlp.get_pipe("sapbert_linker")
+    assert isinstance(linker, Pipe)
+
+    def broken(docs):
+        raise RuntimeError("boom")
+
+    linker.predict = broken
+    seen = []
+    nlp.set_error_handler(lambda name, proc, docs, e: seen.append((name, len(docs), str(e))))
+    assert list(nlp.pipe(["Seizure", "fever"], batch_size=2)) == []  # the failing batch is dropped
+    nlp("fever")
+    assert seen == [("sapbert_linker", 2, "boom"), ("sapbert_linker", 1, "boom")]
+
+
+def test_nlp_evaluate_reports_kb_id_precision_recall_f(kb_path, tiny_bert_path):
+    from spacy.training import Example
+
+    nlp = make_nlp(kb_path, tiny_bert_path)
+    examples = []
+    for text, gold in [
+        ("Convulsion and pyrexia.", [(0, 10, "HP:1"), (15, 22, "HP:2")]),  # right; wrong (HP:3 predicted)
+        ("MS suspected", [(0, 2, "HP:4")]),  # ambiguous name: no id predicted, a false negative
+        ("Headache", [(0, 8, "")]),  # not annotated with an id: not scored
+    ]:
+        reference = nlp.make_doc(text)
+        reference.ents = [Span(reference, *_tokens(reference, s, e), label="PHEN", kb_id=k) for s, e, k in gold]
+        examples.append(Example(nlp.make_doc(text), reference))
+    scores = nlp.evaluate(examples)
+    assert (scores["kb_id_p"], scores["kb_id_r"]) == pytest.approx((1 / 2, 1 / 3))
+    assert scores["kb_id_f"] == pytest.approx(0.4)
+    assert scores["kb_id_per_type"]["PHEN"]["p"] == pytest.approx(0.5)
+
+
+def _tokens(doc, start_char, end_char):
+    span = doc.char_span(start_char, end_char)
+    return span.start, span.end
+
+
+def test_from_disk_honours_exclude(kb_path, tiny_bert_path, tmp_path):
+    make_nlp(kb_path, tiny_bert_path).to_disk(tmp_path / "pipeline")
+    folder = tmp_path / "pipeline" / "sapbert_linker"
+    linker = make_nlp(kb_path, tiny_bert_path).get_pipe("sapbert_linker")
+    linker.from_disk(folder, exclude=["kb", "encoder"])
+    assert linker.linking_kb is None and linker.encoder is None
+    linker.from_disk(folder, exclude=["kb"])
+    assert linker.linking_kb is None and linker.encoder is not None
+    assert linker.encoder.source == str(folder / "encoder")
+    linker.from_disk(folder)
+    assert str(folder / "kb") in str(linker.linking_kb.index._source)
+
+
+def test_bytes_round_trip_carries_kb_and_encoder(kb_path, tiny_bert_path, tmp_path):
+    def linker_pipeline(kb, encoder):  # (no entity_ruler: spaCy's loses its matches through from_bytes)
+        nlp = spacy.blank("en")
+        nlp.add_pipe("sapbert_linker", config={"kb": str(kb), "encoder": str(encoder), "precision": "fp32", "top_k": 2})
+        return nlp
+
+    nlp = linker_pipeline(kb_path, tiny_bert_path)
+    mentions = ["convulsion", "pyrexia", "ms", "head pain"]
+    before = nlp.get_pipe("sapbert_linker").link_strings(mentions)
+    data = nlp.to_bytes()
+    # the copy's config points at no KB or encoder: what it links with can only come from the bytes
+    other = linker_pipeline(tmp_path / "missing_kb", tmp_path / "missing_encoder").from_bytes(data)
+    linker = other.get_pipe("sapbert_linker")
+    assert linker.link_strings(mentions) == before
+    assert linker.linking_kb.kb.fingerprint == nlp.get_pipe("sapbert_linker").linking_kb.kb.fingerprint
+    with pytest.raises(ValueError, match="not a sapbert_linker"):
+        linker.from_bytes(b"\x80")
+
+
+def test_to_disk_of_an_unused_default_linker_builds_nothing(tmp_path, monkeypatch):
+    import spacy_sapbert.defaults as defaults
+
+    monkeypatch.setattr(defaults, "default_kb_path", lambda *a, **k: pytest.fail("built the default KB"))
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker")
+    nlp.to_disk(tmp_path / "pipeline")
+    assert list((tmp_path / "pipeline" / "sapbert_linker").iterdir()) == []
+    assert spacy.load(tmp_path / "pipeline").get_pipe("sapbert_linker").linking_kb is None
+
+
+def test_wrong_kb_path_fails_before_any_doc_naming_it(tmp_path, tiny_bert_path):
+    wrong = tmp_path / "no_such_kb"
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config={"kb": str(wrong), "encoder": str(tiny_bert_path)})
+    with pytest.raises(FileNotFoundError, match=str(wrong)):
+        nlp.initialize()
+    with pytest.raises(FileNotFoundError, match=str(wrong)):
+        nlp("no mention in this one")  # not only once a doc has a mention
+    with pytest.raises(FileNotFoundError, match=str(wrong)):
+        list(nlp.pipe([""]))
+
+
+# ---------------------------------------------------------------------------- stable types, one normaliser
+def test_candidates_keep_their_type_through_serialisation(kb_path, tiny_bert_path):
+    from spacy.tokens import Doc, DocBin
+
+    nlp = make_nlp(kb_path, tiny_bert_path)
+    doc = nlp("Convulsion and pyrexia; MS.")
+    expected = [(e._.cui_candidates, e._.cui_parts) for e in doc.ents]
+    assert all(isinstance(c, tuple) for cands, _ in expected for c in cands)
+    assert all(isinstance(p, tuple) and isinstance(p[1][0], tuple) for _, parts in expected for p in parts)
+    bin_ = DocBin(store_user_data=True, docs=[doc])
+    (from_bin,) = DocBin(store_user_data=True).from_bytes(bin_.to_bytes()).get_docs(nlp.vocab)
+    from_bytes = Doc(nlp.vocab).from_bytes(doc.to_bytes())
+    for copy in (from_bin, from_bytes):
+        assert [(e._.cui_candidates, e._.cui_parts) for e in copy.ents] == expected
+        assert all(type(c) is tuple for e in copy.ents for c in e._.cui_candidates)
+
+
+def test_ambiguous_names_are_not_guessed_unless_asked(kb_path, tiny_bert_path):
+    ent = make_nlp(kb_path, tiny_bert_path)("MS suspected").ents[0]
+    assert ent._.cui is None and ent.kb_id_ == ""  # default "none": the linker does not guess
+    assert {c[0] for c in ent._.cui_candidates[:2]} == {"HP:4", "HP:5"}
+    ent = make_nlp(kb_path, tiny_bert_path, ambiguous="first")("MS suspected").ents[0]
+    assert ent._.cui == ent._.cui_candidates[0][0] == ent.kb_id_ and ent._.cui in {"HP:4", "HP:5"}
+    with pytest.raises(ValueError, match="ambiguous must be one of"):
+        make_nlp(kb_path, tiny_bert_path, ambiguous="guess")
+
+
+def test_queries_follow_the_kbs_own_normalisation(tiny_encoder, tiny_bert_path, tmp_path):
+    """One rule: the linker, ``LinkingKB.link`` and the KB's names all use ``ConceptKB.normalize``."""
+    from spacy_sapbert.kb import ConceptKB
+
+    kb = ConceptKB.from_records(RECORDS, lowercase=False, strip_punctuation=True)
+    LinkingKB.build(kb, tiny_encoder).to_disk(tmp_path / "kb")
+    nlp = spacy.blank("en")
+    linker = nlp.add_pipe("sapbert_linker", config={"kb": str(tmp_path / "kb"), "encoder": str(tiny_bert_path), "precision": "fp32"})
+    mentions = ["Head-pain!", "  Bronchial   ASTHMA ", "fits"]
+    assert [linker.normalize(m) for m in mentions] == [kb.normalize(m) for m in mentions] == ["Head pain", "Bronchial ASTHMA", "fits"]
+    via_linker = linker.link_strings(mentions)
+    via_kb = linker.linking_kb.link(linker.encoder, mentions, top_k=linker.top_k)
+    assert [[c.concept_id for c in cs] for cs in via_linker] == [[c.concept_id for c in cs] for cs in via_kb]
+    assert [c.score for cs in via_linker for c in cs] == pytest.approx([c.score for cs in via_kb for c in cs], abs=1e-6)
+
+
+# ---------------------------------------------------------------------------- multiprocessing
+NAMES_FOR_PQ = [R(f"X:{i}", f"finding {i} of the {w}", []) for i, w in enumerate(["heart", "lung", "kidney", "colon"] * 75)]
+
+
+def test_memory_mapped_ivf_pq_kb_pickles_by_path(tiny_encoder, tmp_path):
+    import pickle
+
+    kb = LinkingKB.build(NAMES_FOR_PQ, tiny_encoder, index_kind="ivf-pq")
+    kb.to_disk(tmp_path / "kb")
+    loaded = LinkingKB.from_disk(tmp_path / "kb")
+    data = pickle.dumps(loaded)
+    assert len(data) < (tmp_path / "kb" / "index.faiss").stat().st_size  # paths and stamps, not the index
+    copy = pickle.loads(data)
+    queries = tiny_encoder.encode(["finding 3 of the lung", "kidney"])
+    assert copy.candidates(queries) == loaded.candidates(queries)
+    assert copy.kb.names == loaded.kb.names and copy.kb.concept_types == loaded.kb.concept_types
+    kb.to_disk(tmp_path / "kb")  # rebuilt in place: the pickle must not silently mix the two
+    with pytest.raises(ValueError, match="changed on disk"):
+        pickle.loads(data)
+
+
+@pytest.mark.slow
+def test_n_process_under_spawn_gives_the_same_links(kb_path, tiny_bert_path, tmp_path):
+    make_nlp(kb_path, tiny_bert_path).to_disk(tmp_path / "pipeline")
+    code = f"""
+import json, multiprocessing, torch
+torch.set_num_threads(1)
+import spacy
+if __name__ == "__main__":
+    multiprocessing.set_start_method("spawn", force=True)
+    nlp = spacy.load({str(tmp_path / "pipeline")!r})
+    texts = {TEXTS!r}
+    one = [[(e.text, e.kb_id_, e._.cui_candidates) for e in d.ents] for d in nlp.pipe(texts)]
+    two = [[(e.text, e.kb_id_, e._.cui_candidates) for e in d.ents] for d in nlp.pipe(texts, n_process=2, batch_size=2)]
+    print(json.dumps([one == two, sum(map(len, one))]))
+"""
+    (tmp_path / "run.py").write_text(code)
+    out = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == [True, 6]

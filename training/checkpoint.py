@@ -4,17 +4,21 @@ A checkpoint folder ``step-00000100/`` holds the model weights, the optimizer's 
 tensors, the epoch's batch plan, one RNG file per rank and ``state.json`` (step, epoch,
 position in the plan, optimizer hyper-parameters, scheduler and grad-scaler state, Python
 RNG state). It is assembled under a hidden name and renamed into place, so a kill at any
-moment leaves either a complete checkpoint or none. With ``[training.adapter]`` on, the weights
+moment leaves either a complete checkpoint or none. ``checksums.json`` holds the sha256 of
+every other file; resume verifies them, so damaged bytes (a bad disk, a partial copy) are
+refused instead of resumed from. With ``[training.adapter]`` on, the weights
 are the adapted model's (frozen base + adapter, unmerged), so a resumed run continues exactly.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import re
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -25,6 +29,7 @@ STATE_FILE = "state.json"
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 PLAN_FILE = "plan.safetensors"
+CHECKSUM_FILE = "checksums.json"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -112,8 +117,55 @@ def write_checkpoint(
     write_json(folder / STATE_FILE, {**state, "optimizer": optim_meta})
 
 
+class CorruptCheckpointError(ValueError):
+    """A checkpoint's files do not match the checksums written with them, or cannot be read."""
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_checksums(folder: Path) -> None:
+    """``checksums.json``: the sha256 of every other file in ``folder`` (written last)."""
+    sums = {p.name: file_sha256(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != CHECKSUM_FILE}
+    write_json(folder / CHECKSUM_FILE, {"sha256": sums})
+
+
+def verify_checkpoint(folder: Path) -> bool:
+    """Check every file against ``checksums.json``; raise ``CorruptCheckpointError`` naming the
+    file that differs. Returns False for a checkpoint written before checksums existed."""
+    manifest = folder / CHECKSUM_FILE
+    if not manifest.is_file():
+        return False
+    try:
+        sums = read_json(manifest)["sha256"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptCheckpointError(f"{manifest}: unreadable checksum list ({e})") from None
+    for name, expected in sums.items():
+        path = folder / name
+        if not path.is_file():
+            raise CorruptCheckpointError(f"{path}: missing (listed in {CHECKSUM_FILE})")
+        if file_sha256(path) != expected:
+            raise CorruptCheckpointError(f"{path}: damaged (its sha256 differs from the one in {CHECKSUM_FILE})")
+    return True
+
+
+def set_aside(folder: Path) -> Path:
+    """Rename a damaged checkpoint to a hidden name: kept for inspection, never resumed from."""
+    target = folder.with_name(f".{folder.name}.damaged")
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(folder, target)
+    return target
+
+
 def publish(staging: Path, root: Path, step: int, keep: int) -> Path:
-    """Rename a complete staging folder into place and drop all but the newest ``keep``."""
+    """Checksum a complete staging folder, rename it into place and drop all but the newest ``keep``."""
+    write_checksums(staging)
     final = root / checkpoint_name(step)
     if final.exists():
         shutil.rmtree(final)
@@ -141,13 +193,30 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
     """Restore model, optimizer and this rank's RNG; return the state with the plan arrays."""
     from safetensors.torch import load_model
 
-    load_model(model, str(folder / MODEL_FILE), device=str(next(model.parameters()).device))
+    with _naming(folder / MODEL_FILE):
+        load_model(model, str(folder / MODEL_FILE), device=str(next(model.parameters()).device))
     state = read_json(folder / STATE_FILE)
-    optimizer_from_tensors(optimizer, load_file(str(folder / OPTIMIZER_FILE)), state.pop("optimizer"))
+    with _naming(folder / OPTIMIZER_FILE):
+        optimizer_tensors = load_file(str(folder / OPTIMIZER_FILE))
+    optimizer_from_tensors(optimizer, optimizer_tensors, state.pop("optimizer"))
     rng_file = folder / f"rng-rank{rank}.safetensors"
     if not rng_file.is_file():
         raise FileNotFoundError(f"{rng_file} missing: resume with the same number of processes as the run that wrote it")
-    restore_rng(load_file(str(rng_file)), read_json(folder / f"rng-rank{rank}.json"))
-    plan = load_file(str(folder / PLAN_FILE))
+    with _naming(rng_file):
+        rng = load_file(str(rng_file))
+    restore_rng(rng, read_json(folder / f"rng-rank{rank}.json"))
+    with _naming(folder / PLAN_FILE):
+        plan = load_file(str(folder / PLAN_FILE))
     state["plan_arrays"] = (plan["flat"].numpy(), plan["offsets"].numpy())
     return state
+
+
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """Errors while reading ``path`` name it (safetensors' own messages do not)."""
+    try:
+        yield
+    except (FileNotFoundError, CorruptCheckpointError):
+        raise
+    except Exception as e:  # safetensors raises its own error types for a damaged header
+        raise CorruptCheckpointError(f"{path}: cannot be read ({type(e).__name__}: {e})") from e

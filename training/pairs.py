@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -168,15 +167,12 @@ def write_pairs(pairs: Iterable[Pair], path: Path) -> int:
     return n
 
 
-_COMPOSITE = re.compile(r"[|+]")
-
-
 def read_mentions(path: Path, fmt: str = "concept") -> Iterator[Tuple[str, Tuple[str, ...]]]:
     """Task mentions with gold ids: ``concept`` (``pmid||start|end||type||mention||ID``, BioSyn's files),
     ``pubtator`` (NCBI-disease / CDR corpus files) or ``tsv`` (``mention<TAB>ID``); composite ids split
-    on ``|``/``+``, ``-1`` means not linkable. Bare MeSH/OMIM ids get their ``MESH:``/``OMIM:`` prefix
-    like the MEDIC reader's."""
-    from spacy_sapbert.ontologies.medic import prefixed_id
+    on ``|``/``+``/``,``, ``-1`` or ``-`` means not linkable (``parse_gold_ids``, the evaluation reader's
+    rule). Bare MeSH/OMIM ids get their ``MESH:``/``OMIM:`` prefix like the MEDIC reader's."""
+    from spacy_sapbert.evaluation.datasets import parse_gold_ids
 
     if fmt == "pubtator":
         from spacy_sapbert.evaluation.datasets import read_pubtator
@@ -197,8 +193,7 @@ def read_mentions(path: Path, fmt: str = "concept") -> Iterator[Tuple[str, Tuple
                 expected = "pmid||start|end||type||mention||ID" if fmt == "concept" else "mention<TAB>ID"
                 raise InputError(path, lineno, f"expected '{expected}', got {len(parts)} fields")
             mention, raw_ids = parts[-2], parts[-1]
-            ids = tuple(prefixed_id(i) for i in _COMPOSITE.split(raw_ids) if i.strip() and i.strip() != "-1")
-            yield mention, ids
+            yield mention, parse_gold_ids(raw_ids, path, lineno)
 
 
 def _finish(stats: PairStats, started: float, output: Path, stats_path: Optional[Path]) -> None:

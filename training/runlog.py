@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Dict, List, Union
 
@@ -24,6 +25,17 @@ def read_log(path: Union[str, Path]) -> List[Dict[str, Any]]:
     return records
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (in dicts and lists too) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 class MetricsLog:
     """Append-only JSONL log that, on resume, forgets what came after the checkpoint."""
 
@@ -36,7 +48,8 @@ class MetricsLog:
         self._file = open(self.path, "a", encoding="utf8")
 
     def write(self, record: Dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, sort_keys=True) + "\n")
+        """One JSON line; a NaN or infinite number is written as null (bare NaN is not JSON)."""
+        self._file.write(json.dumps(finite(record), sort_keys=True, allow_nan=False) + "\n")
         self._file.flush()
 
     def close(self) -> None:

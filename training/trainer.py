@@ -42,6 +42,11 @@ from .losses import compute_loss, registry
 from .runlog import MetricsLog
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A training step's loss is NaN or infinite: the run stops instead of writing a NaN encoder."""
+
 SCHEDULES = ("constant", "linear")
 
 
@@ -303,8 +308,36 @@ class Trainer:
             ckpt.publish(staging, root, self.step, self.settings.keep_checkpoints)
         barrier(self.info)
 
+    def intact_checkpoint(self) -> Optional[Path]:
+        """The newest checkpoint whose files match their checksums. Damaged newer ones are
+        reported, renamed aside (hidden, kept for inspection) and the previous one is taken."""
+        found: Optional[Path] = None
+        damaged: Dict[Path, str] = {}
+        for folder in reversed(ckpt.list_checkpoints(self.paths.checkpoints)):
+            try:
+                if not ckpt.verify_checkpoint(folder) and self.info.is_main:
+                    print(f"warning: {folder} has no {ckpt.CHECKSUM_FILE} (written before checksums); "
+                          "resuming from it unverified", file=sys.stderr)
+            except ckpt.CorruptCheckpointError as e:
+                damaged[folder] = str(e)
+                if self.info.is_main:
+                    print(f"warning: {e}; trying the checkpoint before it", file=sys.stderr)
+                continue
+            found = folder
+            break
+        if damaged and found is None:
+            raise ckpt.CorruptCheckpointError(
+                f"no intact checkpoint in {self.paths.checkpoints} to resume from: " + "; ".join(damaged.values())
+            )
+        barrier(self.info)  # every rank has verified before a folder moves
+        if self.info.is_main:
+            for folder in damaged:
+                print(f"set aside {ckpt.set_aside(folder)}", file=sys.stderr)
+        barrier(self.info)
+        return found
+
     def restore(self) -> bool:
-        found = ckpt.latest_checkpoint(self.paths.checkpoints)
+        found = self.intact_checkpoint()
         if found is None:
             return False
         written_with = read_json(found / ckpt.STATE_FILE).get("adapter")
@@ -333,6 +366,8 @@ class Trainer:
             embeddings = self.encoder.forward(tokens, model=self.model)
         # mining and the loss in float32, outside autocast: similarities near the margin matter
         loss, n_mined = compute_loss(self.loss_fn, self.miner, embeddings.float(), labels.to(self.device))
+        if not bool(torch.isfinite(loss.detach())):
+            self._stop_on_non_finite(float(loss.detach()))
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         if self.settings.grad_clip > 0:
@@ -343,6 +378,23 @@ class Trainer:
         self.scheduler.step()
         # the distributed loss wrapper scales by the world size to undo DDP's gradient averaging
         return {"loss": float(loss.detach()) / self.info.world_size, "mined": n_mined, "pairs": len(batch)}
+
+    def _stop_on_non_finite(self, loss: float) -> None:
+        """Raise before the step changes any weight: one NaN step makes every later step NaN and
+        the saved encoder useless, so going on (and exiting 0) would only hide it."""
+        bad = [n for n, p in self.encoder.model.named_parameters() if not bool(torch.isfinite(p).all())]
+        cause = (
+            f"the weights are already non-finite ({len(bad)} tensors, first {bad[0]}): the encoder at "
+            f"{self.encoder.source} or the checkpoint resumed from is damaged"
+            if bad else
+            f"lower training.lr ({self.settings.lr}) or add training.grad_clip, or train in fp32 "
+            f"(training.precision is {self.precision})"
+        )
+        last = ckpt.latest_checkpoint(self.paths.checkpoints)
+        raise NonFiniteLossError(
+            f"step {self.step + 1}: the loss is {loss}; training stopped before this step changed the weights "
+            f"(last checkpoint: {last or 'none'}; no model was written to {self.paths.model}). {cause}"
+        )
 
     # -------------------------------------------------------------- the run
     def prepare_output(self) -> int:
@@ -416,6 +468,11 @@ class Trainer:
                 if any_rank(budget_out, self.info) and self.step < self.total_steps:
                     stopped_early = True
                     break
+        except NonFiniteLossError as e:
+            if log:
+                log.write({"event": "stopped", "step": self.step, "reason": str(e)})
+                log.close()
+            raise
         finally:
             if bar is not None:
                 bar.close()

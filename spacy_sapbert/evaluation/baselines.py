@@ -1,16 +1,15 @@
-"""Name rankers for the evaluation harness: exact match, character 3-gram TF-IDF, a dense encoder,
-and scispacy's candidate generator (run in its own environment).
+"""Baseline name rankers for the evaluation harness: exact match, character 3-gram TF-IDF and
+scispacy's candidate generator (run in its own environment).
 
 Each ranker sees the same dictionary names (the KB's normalised name rows) and returns, per
-query string, name rows best first, so every system is scored by the same metric code.
+query string, name rows best first, so every system is scored by the same metric code. The
+encoder itself is not a ranker here: it is evaluated through ``sapbert_linker`` (``gold_spans.py``).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
@@ -18,9 +17,6 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 from scipy import sparse
 
-from ..encoder import SapEncoder
-from ..fileio import atomic_open
-from ..index import VectorIndex
 from ..kb import ConceptKB
 
 
@@ -94,69 +90,6 @@ class TfidfRanker:
                 top = np.argsort(-row.data, kind="stable")[:k]
                 out.append(row.indices[top].tolist())
         return out
-
-
-def names_hash(names: Sequence[str]) -> str:
-    h = hashlib.sha256()
-    for name in names:
-        h.update(name.encode("utf8") + b"\n")
-    return h.hexdigest()[:16]
-
-
-class DenseRanker:
-    """Nearest dictionary names by the encoder's cosine similarity (exact FAISS search).
-
-    Dictionary vectors are cached in ``cache_dir`` as ``.npy`` files of ``chunk_size`` names,
-    each keyed by the encoder's fingerprint, the precision and a hash of its names. The paper's
-    dictionary is the ontology's names followed by the training mentions, so it reuses every
-    full chunk of the ontology's and only the tail is encoded again.
-    """
-
-    def __init__(
-        self,
-        encoder: SapEncoder,
-        names: Sequence[str],
-        batch_size: int = 128,
-        cache_dir: Optional[Union[str, Path]] = None,
-        progress: bool = False,
-        chunk_size: int = 20_000,
-    ):
-        self.encoder = encoder
-        self.batch_size = batch_size
-        self.cached_names = 0
-        self.encoded_names = 0
-        self.encode_seconds = 0.0
-        chunks = [self._chunk_vectors(names[i : i + chunk_size], cache_dir, progress) for i in range(0, len(names), chunk_size)]
-        vectors = np.concatenate(chunks) if chunks else np.zeros((0, encoder.dim), np.float32)
-        self.index = VectorIndex.build(vectors, kind="flat")
-
-    @property
-    def cache_hit(self) -> bool:
-        """True when no dictionary name had to be encoded."""
-        return self.encoded_names == 0
-
-    def _chunk_vectors(self, names: Sequence[str], cache_dir: Optional[Union[str, Path]], progress: bool) -> np.ndarray:
-        path = None
-        if cache_dir is not None:
-            path = Path(cache_dir) / f"{self.encoder.fingerprint}-{self.encoder.precision}-{names_hash(names)}.npy"
-            if path.is_file():
-                vectors = np.load(path, allow_pickle=False)
-                if vectors.shape == (len(names), self.encoder.dim):
-                    self.cached_names += len(names)
-                    return vectors
-        start = time.perf_counter()
-        vectors = self.encoder.encode(list(names), batch_size=self.batch_size, progress=progress)
-        self.encode_seconds += time.perf_counter() - start
-        self.encoded_names += len(names)
-        if path is not None:
-            with atomic_open(path, "wb") as f:
-                np.save(f, vectors, allow_pickle=False)
-        return vectors
-
-    def rank(self, queries: Sequence[str], k: int) -> List[List[int]]:
-        vectors = self.encoder.encode(list(queries), batch_size=self.batch_size)
-        _, rows = self.index.search(vectors, k)
-        return [[int(r) for r in row if r >= 0] for row in rows]
 
 
 def scispacy_entities(kb: ConceptKB) -> List[Dict[str, object]]:

@@ -6,6 +6,7 @@ the corpus papers before anything is dropped.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
@@ -46,10 +47,33 @@ class Document:
     mentions: List[Mention] = field(default_factory=list)
 
 
-def parse_gold_ids(raw: str) -> Tuple[str, ...]:
-    """``D001|OMIM:123+C456`` → (``MESH:D001``, ``OMIM:123``, ``MESH:C456``); ``-1`` → ()."""
-    parts = [p.strip() for p in raw.replace("+", "|").split("|")]
-    ids = [prefixed_id(p) for p in parts if p and p != NIL_ID]
+NIL_IDS = (NIL_ID, "-")  # what corpora write for a mention no concept fits
+_ID_SEPARATORS = re.compile(r"[|+,]")
+_GOLD_ID = re.compile(r"(?:[A-Za-z][\w.-]*:)?[A-Za-z0-9][\w.-]*", re.ASCII)
+
+
+def parse_gold_ids(raw: str, path: Optional[PathLike] = None, line: Optional[int] = None) -> Tuple[str, ...]:
+    """``D001|OMIM:123+C456,D789`` → (``MESH:D001``, ``OMIM:123``, ``MESH:C456``, ``MESH:D789``);
+    ``-1`` or ``-`` (unlinkable) and an empty field → ().
+
+    Composite ids are joined by ``|``, ``+`` or ``,``; an unlinkable part beside real ids is dropped. Anything else (an empty part, a space or
+    another separator inside, ``MESH:``) raises ``InputError`` naming ``path`` and ``line``.
+    """
+    if not raw.strip():
+        return ()
+    ids = []
+    for part in _ID_SEPARATORS.split(raw):
+        part = part.strip()
+        if part in NIL_IDS:
+            continue
+        if not _GOLD_ID.fullmatch(part):
+            raise InputError(
+                path if path is not None else "gold ids",
+                line,
+                f"malformed concept id {part!r} in {raw.strip()!r}: join composite ids with '|', '+' or ',' "
+                "and write an unlinkable mention as -1 or -",
+            )
+        ids.append(prefixed_id(part))
     return tuple(dict.fromkeys(ids))
 
 
@@ -107,7 +131,7 @@ def read_pubtator(path: PathLike) -> List[Document]:
             text = text.strip()  # a few NCBI annotations carry trailing blanks
             if doc.text[start:end].strip() != text:
                 raise InputError(path, lineno, f"mention {text!r} does not match the text at {start}-{end}: {doc.text[start:end]!r}")
-            doc.mentions.append(Mention(pmid, start, end, text, etype, parse_gold_ids(raw_ids)))
+            doc.mentions.append(Mention(pmid, start, end, text, etype, parse_gold_ids(raw_ids, path, lineno)))
     return docs
 
 
@@ -133,14 +157,14 @@ def read_concept_file(path: PathLike, texts: Optional[Mapping[str, str]] = None)
             except ValueError:
                 raise InputError(path, lineno, f"span {span!r} is not 'start|end'") from None
             if not raw_ids.strip():
-                raise InputError(path, lineno, "empty concept id (unlinkable mentions are written -1)")
+                raise InputError(path, lineno, "empty concept id (write an unlinkable mention as -1 or -)")
             doc = docs.get(pmid)
             if doc is None:
                 doc_text = "" if texts is None else texts.get(pmid, "")
                 if texts is not None and not doc_text:
                     raise InputError(path, lineno, f"no document text for {pmid} in the PubTator file")
                 doc = docs[pmid] = Document(pmid, doc_text)
-            doc.mentions.append(Mention(pmid, start, end, text, etype, parse_gold_ids(raw_ids)))
+            doc.mentions.append(Mention(pmid, start, end, text, etype, parse_gold_ids(raw_ids, path, lineno)))
     return list(docs.values())
 
 
@@ -250,3 +274,40 @@ def dictionary_records(
     from ..ontologies.mesh import mesh_chemical_records  # written alongside; imported only when needed
 
     return mesh_chemical_records(resources_dir)
+
+
+def read_gscplus(path: PathLike) -> List[Document]:
+    """Read GSC+ (PhenoTagger's split): blocks of a PMID line, the text line, then
+    ``start<TAB>end<TAB>mention<TAB>HP:id`` lines (0-based, end-exclusive), separated by blank lines."""
+    docs: List[Document] = []
+    doc: Optional[Document] = None
+    expect = "pmid"
+    with open(path, encoding="utf8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\n\r")
+            if not line.strip():
+                expect = "pmid"
+                continue
+            if expect == "pmid":
+                if "\t" in line:
+                    raise InputError(path, lineno, "expected a PMID line to start a block")
+                doc = Document(line.strip(), "")
+                docs.append(doc)
+                expect = "text"
+            elif expect == "text":
+                assert doc is not None
+                doc.text = line
+                expect = "mention"
+            else:
+                assert doc is not None
+                cols = line.split("\t")
+                if len(cols) != 4:
+                    raise InputError(path, lineno, f"expected 'start<TAB>end<TAB>mention<TAB>HP:id', got {len(cols)} fields")
+                try:
+                    start, end = int(cols[0]), int(cols[1])
+                except ValueError:
+                    raise InputError(path, lineno, f"offsets {cols[0]!r}, {cols[1]!r} are not integers") from None
+                if doc.text[start:end] != cols[2]:
+                    raise InputError(path, lineno, f"mention {cols[2]!r} does not match the text at {start}-{end}: {doc.text[start:end]!r}")
+                doc.mentions.append(Mention(doc.doc_id, start, end, cols[2], "Phenotype", (cols[3].strip(),)))
+    return docs

@@ -26,7 +26,7 @@ Ranking = Sequence[Name]  # the names found for one searched string, best first
 DEFAULT_KS = (1, 5)
 
 
-def _matches(concept: str, gold: Set[str], aliases: Optional[Mapping[str, Collection[str]]]) -> bool:
+def concept_matches(concept: str, gold: Set[str], aliases: Optional[Mapping[str, Collection[str]]]) -> bool:
     """A concept is gold when its id, or one of its alternative ids, is a gold id."""
     if concept in gold:
         return True
@@ -35,7 +35,7 @@ def _matches(concept: str, gold: Set[str], aliases: Optional[Mapping[str, Collec
 
 def lenient_hit(parts: Sequence[Ranking], gold: Set[str], k: int, aliases: Optional[Mapping[str, Collection[str]]] = None) -> bool:
     """Every searched string has, in its top-k names, a name with at least one gold concept."""
-    return bool(parts) and all(any(any(_matches(c, gold, aliases) for c in name) for name in ranking[:k]) for ranking in parts)
+    return bool(parts) and all(any(any(concept_matches(c, gold, aliases) for c in name) for name in ranking[:k]) for ranking in parts)
 
 
 def concept_predictions(ranking: Ranking) -> List[Tuple[str, ...]]:
@@ -54,7 +54,7 @@ def concept_predictions(ranking: Ranking) -> List[Tuple[str, ...]]:
 def strict_hit(parts: Sequence[Ranking], gold: Set[str], k: int, aliases: Optional[Mapping[str, Collection[str]]] = None) -> bool:
     """Every searched string has, in its top-k concept predictions, one whose concepts are all gold."""
     return bool(parts) and all(
-        any(all(_matches(c, gold, aliases) for c in pred) for pred in concept_predictions(ranking)[:k]) for ranking in parts
+        any(all(concept_matches(c, gold, aliases) for c in pred) for pred in concept_predictions(ranking)[:k]) for ranking in parts
     )
 
 

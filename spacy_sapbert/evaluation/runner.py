@@ -3,46 +3,61 @@
 Two dictionaries per benchmark. ``paper`` is BioSyn's test dictionary, which SapBERT used: the
 ontology plus the preprocessed train and dev mentions with their gold ids. ``ontology`` is the
 ontology alone — what a user linking new text has.
+
+The ``encoder`` system is the shipped path: the dictionary becomes a KB folder, and
+``sapbert_linker`` links the gold spans of the test documents inside ``nlp.pipe`` (abbreviations
+and composite mentions handled by the pipeline, see ``gold_spans.py``). The other systems are
+baselines that rank the harness's preprocessed query strings.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
-from ..fileio import write_json
+from ..encoder import SapEncoder, resolve_encoder_path
+from ..fileio import atomic_open, write_json
+from ..index import VectorIndex
 from ..kb import ConceptKB
 from ..normalize import normalize_name
 from ..records import ConceptRecord
+from ..search import META_FILE, LinkingKB
 from . import datasets
-from .baselines import DenseRanker, ExactMatchRanker, ScispacyRanker, TfidfRanker
-from .metrics import QueryScores, score_queries, summarize
-from .preprocess import Query, clean_text, load_spelling_fixes, preprocess_documents
+from .baselines import ExactMatchRanker, ScispacyRanker, TfidfRanker
+from .gold_spans import GOLD_SPANS_KEY, find_linker, link_gold_mentions, ranking_of
+from .metrics import QueryScores, Ranking, score_queries, summarize
+from .preprocess import Query, load_spelling_fixes, preprocess_documents
 
 DICTIONARIES = ("paper", "ontology")
 SYSTEMS = ("exact", "tfidf", "encoder", "scispacy")
 NAME_DEPTH = 50  # names retrieved per string: enough for 5 distinct concept predictions
+LINKER_TOP_K = 20  # concepts the linker keeps per query: enough for 5 distinct predictions
+VECTOR_CHUNK = 20_000  # dictionary names per cached vector file
 PathLike = Union[str, Path]
+
+
+def load_spelling(dataset: str, data_dir: PathLike = datasets.DEFAULT_DATA_DIR) -> Optional[Dict[str, str]]:
+    """The benchmark's spell-check list (NCBI-disease's), or None."""
+    path = datasets.spelling_path(dataset, data_dir)
+    return load_spelling_fixes(path) if path else None
 
 
 def load_queries(dataset: str, split: str, data_dir: PathLike = datasets.DEFAULT_DATA_DIR) -> Tuple[List[Query], Dict[str, int]]:
     """The preprocessed queries of one split and the count of every preprocessing step."""
-    path = datasets.spelling_path(dataset, data_dir)
-    spelling = load_spelling_fixes(path) if path else None
-    return preprocess_documents(datasets.load_split(dataset, split, data_dir), spelling)
+    return preprocess_documents(datasets.load_split(dataset, split, data_dir), load_spelling(dataset, data_dir))
 
 
-def _cleaned(records: Iterable[ConceptRecord]) -> Iterator[ConceptRecord]:
-    """Dictionary names get the queries' lower-casing and punctuation removal (not the spell-check)."""
-    for rec in records:
-        names = [n for n in (clean_text(x) for x in rec.all_names) if n]
-        if names:
-            yield ConceptRecord(rec.id, names[0], names[1:], rec.types, rec.xrefs, rec.sources)
+def seen_queries(dataset: str, data_dir: PathLike = datasets.DEFAULT_DATA_DIR) -> List[Query]:
+    """The train and dev queries: the mentions the ``paper`` dictionary adds to the ontology."""
+    return [q for split in ("train", "dev") for q in load_queries(dataset, split, data_dir)[0]]
 
 
 def _primary_ids(records: Sequence[ConceptRecord]) -> Dict[str, str]:
@@ -76,13 +91,19 @@ def build_dictionary(
     data_dir: PathLike = datasets.DEFAULT_DATA_DIR,
     resources_dir: PathLike = datasets.DEFAULT_RESOURCES_DIR,
 ) -> ConceptKB:
-    """The name table a benchmark is evaluated against (``paper`` or ``ontology``)."""
+    """The name table a benchmark is evaluated against (``paper`` or ``ontology``).
+
+    The KB lower-cases and strips punctuation (``strip_punctuation``) from its names and from
+    every query, as the harness's ``clean_text`` does, and keeps the names as written for display
+    (and for the entity ruler). ``train_queries`` are the names the ``paper`` dictionary adds:
+    the preprocessed train/dev mentions (BioSyn) or, for the end-to-end lexicon, the raw ones.
+    """
     if dictionary not in DICTIONARIES:
         raise ValueError(f"dictionary must be one of {DICTIONARIES}, got {dictionary!r}")
-    records = list(_cleaned(datasets.dictionary_records(dataset, data_dir, resources_dir)))
+    records = list(datasets.dictionary_records(dataset, data_dir, resources_dir))
     if dictionary == "paper":
         records += _mention_records(train_queries, _primary_ids(records))
-    return ConceptKB.from_records(records, on_duplicate="merge")
+    return ConceptKB.from_records(records, on_duplicate="merge", strip_punctuation=True)
 
 
 def concept_aliases(kb: ConceptKB) -> Dict[str, List[str]]:
@@ -91,12 +112,70 @@ def concept_aliases(kb: ConceptKB) -> Dict[str, List[str]]:
     return {cid: list(x) for cid, x in zip(kb.concept_ids, kb.concept_xrefs) if x}
 
 
-def _peak_rss_mb() -> float:
+def names_hash(names: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for name in names:
+        h.update(name.encode("utf8") + b"\n")
+    return h.hexdigest()[:16]
+
+
+def name_vectors(
+    encoder: SapEncoder,
+    names: Sequence[str],
+    cache_dir: PathLike,
+    batch_size: int = 128,
+    progress: bool = False,
+    chunk_size: int = VECTOR_CHUNK,
+) -> Tuple[List[np.ndarray], Dict[str, float]]:
+    """The encoder's vectors of ``names``, cached in ``cache_dir`` as ``.npy`` files of
+    ``chunk_size`` names, each keyed by the encoder's fingerprint, the precision and a hash of
+    its names. The paper's dictionary is the ontology's names followed by the training mentions,
+    so it reuses every full chunk of the ontology's and only the tail is encoded again."""
+    chunks: List[np.ndarray] = []
+    stats = {"names_from_cache": 0, "names_encoded": 0, "encode_seconds": 0.0}
+    for start in range(0, len(names), chunk_size):
+        chunk = list(names[start : start + chunk_size])
+        path = Path(cache_dir) / f"{encoder.fingerprint}-{encoder.precision}-{names_hash(chunk)}.npy"
+        if path.is_file():
+            vectors = np.load(path, mmap_mode="r", allow_pickle=False)
+            if vectors.shape == (len(chunk), encoder.dim):
+                stats["names_from_cache"] += len(chunk)
+                chunks.append(vectors)
+                continue
+        t0 = time.perf_counter()
+        vectors = encoder.encode(chunk, batch_size=batch_size, progress=progress)
+        stats["encode_seconds"] += time.perf_counter() - t0
+        stats["names_encoded"] += len(chunk)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_open(path, "wb") as f:
+            np.save(f, vectors, allow_pickle=False)
+        chunks.append(vectors)
+    return chunks, stats
+
+
+def dictionary_kb_folder(
+    kb: ConceptKB, encoder: SapEncoder, cache_dir: PathLike, batch_size: int = 128, progress: bool = False
+) -> Tuple[Path, Dict[str, object]]:
+    """The KB folder of an evaluation dictionary (exact ``flat`` index), cached in
+    ``cache_dir/kbs`` under the KB's and the encoder's fingerprints and the precision."""
+    tag = ("strip" if kb.strip_punctuation else "keep") + names_hash(kb.display_names)[:8]  # not in the fingerprint
+    folder = Path(cache_dir) / "kbs" / f"{kb.fingerprint[:16]}-{tag}-{encoder.fingerprint[:16]}-{encoder.precision}"
+    info: Dict[str, object] = {"kb_folder": str(folder), "kb_cache_hit": (folder / META_FILE).is_file()}
+    if not info["kb_cache_hit"]:
+        chunks, stats = name_vectors(encoder, kb.names, cache_dir, batch_size, progress)
+        info.update(stats)
+        index = VectorIndex.build(chunks or [np.zeros((0, encoder.dim), np.float32)], kind="flat")
+        LinkingKB.assemble(kb, index, encoder).to_disk(folder)
+    return folder, info
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
 
 
-def _set_threads(threads: int) -> None:
+def set_threads(threads: int) -> None:
     import faiss
     import torch
 
@@ -104,25 +183,70 @@ def _set_threads(threads: int) -> None:
     faiss.omp_set_num_threads(threads)
 
 
-def _make_ranker(system: str, kb: ConceptKB, encoder_path, batch_size, precision, device, cache_dir, progress):
-    """The ranker for ``system`` and what to record about it; ``encoder_path`` is the
+def _make_ranker(system: str, kb: ConceptKB, python: Optional[PathLike], cache_dir: Optional[PathLike]):
+    """The baseline ranker for ``system`` and what to record about it; ``python`` is the
     scispacy environment's python for ``scispacy``."""
     if system == "exact":
         return ExactMatchRanker(kb), {}
     if system == "tfidf":
         return TfidfRanker(kb.names), {"ngram": 3}
-    if system == "encoder":
-        from ..encoder import SapEncoder
-
-        encoder = SapEncoder.load(encoder_path, device=device, precision=precision)
-        ranker = DenseRanker(encoder, kb.names, batch_size=batch_size, cache_dir=cache_dir, progress=progress)
-        return ranker, {"encoder": encoder.describe()}
     if system == "scispacy":
-        if encoder_path is None:
+        if python is None:
             raise ValueError("system 'scispacy' needs the python of an environment with scispacy as encoder_path")
         index_cache = None if cache_dir is None else Path(cache_dir) / "scispacy-index"
-        return ScispacyRanker(kb, encoder_path, index_cache=index_cache), {}
+        return ScispacyRanker(kb, python, index_cache=index_cache), {}
     raise ValueError(f"system must be one of {SYSTEMS}, got {system!r}")
+
+
+def gold_span_pipeline(kb_folder: PathLike, linking_kb: LinkingKB, encoder: SapEncoder, *, abbreviations: bool = True, composites: bool = True, batch_size: int = 128):
+    """``build_pipeline(kb, detector="gold")`` with the loaded KB and encoder attached to its linker.
+
+    The linker keeps ``LINKER_TOP_K`` concepts per query (enough for five distinct predictions)
+    and also links the span group ``gold_spans.GOLD_SPANS_KEY`` (documents whose gold mentions overlap).
+    """
+    from ..pipelines import build_pipeline
+
+    config = {"top_k": LINKER_TOP_K, "spans_key": GOLD_SPANS_KEY, "split_composites": composites, "batch_size": batch_size}
+    nlp = build_pipeline(kb_folder, detector="gold", encoder=encoder.source, abbreviations=abbreviations, linker_config=config)
+    find_linker(nlp).set_kb(linking_kb, encoder)
+    return nlp
+
+
+def _pipeline_rankings(
+    dataset: str,
+    test: Sequence[Query],
+    kb: ConceptKB,
+    encoder: SapEncoder,
+    cache_dir: PathLike,
+    data_dir: PathLike,
+    batch_size: int,
+    abbreviations: bool,
+    composites: bool,
+    spelling: bool,
+    progress: bool,
+) -> Tuple[List[List[Ranking]], Dict[str, object], float, int]:
+    """Per test query, the linker's rankings (one per linked part), read from ``nlp.pipe`` over
+    the test documents with the gold spans set; also what to record, the pipeline's seconds and
+    the number of searched strings."""
+    folder, kb_info = dictionary_kb_folder(kb, encoder, cache_dir, batch_size, progress)
+    nlp = gold_span_pipeline(folder, LinkingKB.from_disk(folder), encoder, abbreviations=abbreviations, composites=composites, batch_size=batch_size)
+    fixes = load_spelling(dataset, data_dir) if spelling else None
+    links = link_gold_mentions(nlp, datasets.load_split(dataset, "test", data_dir), fixes, batch_size=batch_size)
+    rankings: List[List[Ranking]] = []
+    searched = 0
+    for q in test:
+        parts = links.parts.get((q.doc_id, q.start, q.end)) or [("", [])]
+        searched += len(parts)
+        rankings.append([ranking_of(cands) for _, cands in parts])
+    info: Dict[str, object] = {
+        "encoder": encoder.describe(),
+        "pipeline": [name for name, _ in nlp.pipeline],
+        "pipeline_options": {"abbreviations": abbreviations, "split_composites": composites, "linker_top_k": LINKER_TOP_K},
+        "outside_pipeline": {"spelling_list": bool(fixes)},
+        "gold_spans": links.stats(),
+        **kb_info,
+    }
+    return rankings, info, links.seconds, searched
 
 
 def _rankings(queries: Sequence[Query], rows: Sequence[Sequence[int]], kb: ConceptKB) -> List[List[List[List[str]]]]:
@@ -164,36 +288,55 @@ def evaluate(
     device: str = "cpu",
     threads: int = 1,
     progress: bool = False,
+    abbreviations: bool = True,
+    composites: bool = True,
+    spelling: bool = True,
 ) -> Dict[str, object]:
     """Evaluate one system on the test split of ``dataset``; accuracies are in percent.
 
-    ``system``: ``encoder`` (``encoder_path``; None = the offline MiniLM base model), ``exact``,
-    ``tfidf``, or ``scispacy`` (``encoder_path`` = a python with scispacy installed).
-    ``mentions_per_s`` times searching the test queries (encoding included, dictionary encoding
-    and index building excluded); ``peak_rss_mb`` is the whole process's peak.
+    ``system``: ``encoder`` (``encoder_path``; None = the offline MiniLM base model) links the
+    gold spans with ``sapbert_linker`` in ``nlp.pipe``; ``abbreviations`` and ``composites``
+    switch the pipeline's expansion and splitting, ``spelling`` the benchmark's spell-check
+    list (the one preprocessing step outside the pipeline). ``exact``, ``tfidf`` and
+    ``scispacy`` (``encoder_path`` = a python with scispacy installed) rank the harness's
+    preprocessed strings. ``mentions_per_s`` times the linking of the test mentions (the
+    pipeline for ``encoder``; dictionary encoding and index building excluded);
+    ``peak_rss_mb`` is the whole process's peak.
     """
     spec = datasets.get_benchmark(dataset)
-    _set_threads(threads)
+    set_threads(threads)
     test, counts = load_queries(dataset, "test", data_dir)
-    seen = [q for split in ("train", "dev") for q in load_queries(dataset, split, data_dir)[0]]
+    seen = seen_queries(dataset, data_dir)
     t0 = time.perf_counter()
     kb = build_dictionary(dataset, dictionary, seen, data_dir, resources_dir)
-    ranker, system_info = _make_ranker(system, kb, encoder_path, batch_size, precision, device, cache_dir, progress)
-    setup_s = time.perf_counter() - t0
-
-    strings = [normalize_name(p, kb.lowercase) for q in test for p in q.parts]
-    t1 = time.perf_counter()
-    rows = ranker.rank(strings, NAME_DEPTH)
-    query_s = time.perf_counter() - t1
-    if isinstance(ranker, ScispacyRanker):  # its index is built inside the same call
-        query_s = float(ranker.info["query_seconds"])  # type: ignore[arg-type]
-        setup_s += float(ranker.info["index_seconds"])  # type: ignore[arg-type]
+    system_info: Dict[str, object] = {}
+    with contextlib.ExitStack() as stack:
+        if system == "encoder":
+            encoder = SapEncoder.load(resolve_encoder_path(encoder_path), device=device, precision=precision)
+            if cache_dir is None:
+                cache_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="sapbert-eval-"))
+            rankings, system_info, query_s, searched = _pipeline_rankings(
+                dataset, test, kb, encoder, cache_dir, data_dir, batch_size, abbreviations, composites, spelling, progress
+            )
+            setup_s = time.perf_counter() - t0 - query_s
+        else:
+            ranker, system_info = _make_ranker(system, kb, encoder_path, cache_dir)
+            setup_s = time.perf_counter() - t0
+            strings = [normalize_name(p, kb.lowercase) for q in test for p in q.parts]
+            t1 = time.perf_counter()
+            rows = ranker.rank(strings, NAME_DEPTH)
+            query_s = time.perf_counter() - t1
+            if isinstance(ranker, ScispacyRanker):  # its index is built inside the same call
+                query_s = float(ranker.info["query_seconds"])  # type: ignore[arg-type]
+                setup_s += float(ranker.info["index_seconds"])  # type: ignore[arg-type]
+                system_info["scispacy"] = ranker.info  # the worker's memory is its own: worker_peak_rss_mb
+            rankings, searched = _rankings(test, rows, kb), len(strings)
 
     aliases = concept_aliases(kb)
-    scores = score_queries([q.gold for q in test], _rankings(test, rows, kb), aliases)
+    scores = score_queries([q.gold for q in test], rankings, aliases)
     known_ids: Set[str] = set(kb.concept_ids) | {a for xs in aliases.values() for a in xs}
 
-    result: Dict[str, object] = {
+    return {
         "dataset": dataset,
         "dictionary": dictionary,
         "dictionary_label": spec.dictionary_label + (" + train/dev mentions" if dictionary == "paper" else ""),
@@ -207,21 +350,14 @@ def evaluate(
         "gold_outside_dictionary": sum(not (set(q.gold) & known_ids) for q in test),
         "seen_in": "train+dev",
         "breakdown": _seen_breakdown(scores, test, seen),
-        "searched_strings": len(strings),
+        "searched_strings": searched,
         "mentions_per_s": round(len(test) / query_s, 1) if query_s > 0 else None,
         "query_seconds": round(query_s, 2),
         "setup_seconds": round(setup_s, 2),
-        "peak_rss_mb": _peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb(),
         "threads": threads,
         "precision": precision if system == "encoder" else None,
     }
-    if isinstance(ranker, ScispacyRanker):
-        result["scispacy"] = ranker.info  # the worker's memory is its own: worker_peak_rss_mb
-    if isinstance(ranker, DenseRanker):
-        result["dictionary_cache_hit"] = ranker.cache_hit
-        result["dictionary_names_from_cache"] = ranker.cached_names
-        result["dictionary_encode_seconds"] = round(ranker.encode_seconds, 1)
-    return result
 
 
 def evaluate_command(
@@ -232,9 +368,11 @@ def evaluate_command(
     batch_size: int = 128,
     precision: str = "fp32",
     system: str = "encoder",
+    **options: object,
 ) -> Dict[str, object]:
-    """CLI body: evaluate, print the JSON, and write it to ``output`` when given."""
-    result = evaluate(dataset, encoder, dictionary, system, batch_size=batch_size, precision=precision)
+    """CLI body: evaluate, print the JSON, and write it to ``output`` when given (``options``:
+    ``evaluate``'s keyword arguments, e.g. ``threads``, ``spelling``)."""
+    result = evaluate(dataset, encoder, dictionary, system, batch_size=batch_size, precision=precision, **options)  # type: ignore[arg-type]
     print(json.dumps(result, indent=2, ensure_ascii=False))
     if output:
         write_json(output, result)

@@ -1,0 +1,362 @@
+"""Schwartz–Hearst abbreviations: the detector, query expansion and the ``sapbert_abbreviations`` component.
+
+One implementation serves the evaluation (``evaluation/preprocess.py`` expands gold mentions with
+it) and the pipeline: the component stores the document's definitions in ``doc._.abbreviations``
+(short form → long form, plain strings so they survive ``DocBin`` and ``n_process``), turns later
+uses of a short form into entities, and the linker searches ``query_text(span)``, so "DM" is linked
+through "diabetes mellitus".
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import srsly
+from spacy.language import Language
+from spacy.tokens import Doc, Span, SpanGroup
+
+from .fileio import read_json, write_json
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
+_PARENTHESIS = re.compile(r"\(([^()]+)\)")
+_LONG_FORM_WORD_SPLIT = re.compile(r"[\s-]+")
+
+DEFAULT_ATTR = "abbreviations"
+
+
+# ---------------------------------------------------------------------------- detection
+def _is_short_form(candidate: str) -> bool:
+    """Schwartz & Hearst: 2–10 characters, at most two words, a letter, starts alphanumeric."""
+    return (
+        2 <= len(candidate) <= 10
+        and len(candidate.split()) <= 2
+        and candidate[0].isalnum()
+        and any(c.isalpha() for c in candidate)
+    )
+
+
+def best_long_form(short: str, candidate: str) -> Optional[str]:
+    """The shortest tail of ``candidate`` whose characters contain ``short``'s, right to left,
+    with the first short-form character starting a word (Schwartz & Hearst, PSB 2003)."""
+    s = len(short) - 1
+    c = len(candidate) - 1
+    while s >= 0:
+        ch = short[s].lower()
+        if not ch.isalnum():
+            s -= 1
+            continue
+        while c >= 0 and (candidate[c].lower() != ch or (s == 0 and c > 0 and candidate[c - 1].isalnum())):
+            c -= 1
+        if c < 0:
+            return None
+        c -= 1
+        s -= 1
+    start = candidate.rfind(" ", 0, c + 1) + 1
+    return candidate[start:].strip()
+
+
+def _accept_pair(short: str, long: str) -> bool:
+    n_chars = sum(ch.isalnum() for ch in short)
+    n_words = len([w for w in _LONG_FORM_WORD_SPLIT.split(long) if w])
+    return (
+        len(long) > len(short)
+        and n_words <= min(n_chars + 5, 2 * n_chars)
+        and short.lower() not in {w.lower() for w in long.split()}
+    )
+
+
+@dataclass(frozen=True)
+class AbbreviationDefinition:
+    """One ``long form (SF)`` / ``SF (long form)`` in a text, with character offsets into it.
+
+    ``long`` is whitespace-normalised (the text at ``long_start:long_end`` may hold a line break
+    where ``long`` has a space); ``short`` is exactly ``text[short_start:short_end]``.
+    """
+
+    short: str
+    long: str
+    short_start: int
+    short_end: int
+    long_start: int
+    long_end: int
+
+
+def _sentences(text: str) -> Iterator[Tuple[int, str]]:
+    """``(offset, sentence)`` pairs, split where ``_SENTENCE_END`` matches."""
+    pos = 0
+    for m in _SENTENCE_END.finditer(text):
+        yield pos, text[pos : m.start()]
+        pos = m.end()
+    yield pos, text[pos:]
+
+
+def _start_of_last_words(text: str, n_words: int) -> int:
+    """Offset in ``text`` of the first of its last ``n_words`` whitespace-separated words."""
+    starts = [m.start() for m in re.finditer(r"\S+", text)]
+    return starts[-n_words]
+
+
+def find_abbreviation_definitions(text: str) -> List[AbbreviationDefinition]:
+    """Every abbreviation definition in ``text`` in reading order (a short form may recur)."""
+    found: List[AbbreviationDefinition] = []
+    for offset, sentence in _sentences(text):
+        for match in _PARENTHESIS.finditer(sentence):
+            group = match.group(1)
+            first = re.split(r"[;,]", group)[0]
+            inside = first.strip()
+            before = sentence[: match.start()].rstrip()
+            if not inside or not before:
+                continue
+            inside_start = offset + match.start(1) + (len(first) - len(first.lstrip()))
+            if _is_short_form(inside):
+                short = inside
+                max_words = min(len(short) + 5, 2 * len(short))
+                window = " ".join(before.split()[-max_words:])
+                long = best_long_form(short, window)
+                if long and _accept_pair(short, long):
+                    long_start = offset + _start_of_last_words(before, len(long.split()))
+                    found.append(
+                        AbbreviationDefinition(
+                            short, long, inside_start, inside_start + len(short), long_start, offset + len(before)
+                        )
+                    )
+            else:  # "SF (long form)": the word before the parenthesis is the short form
+                short = before.split()[-1]
+                long = best_long_form(short, inside) if _is_short_form(short) and len(inside.split()) > 1 else None
+                if long and _accept_pair(short, long):
+                    long_end = inside_start + len(inside)
+                    short_end = offset + len(before)
+                    found.append(
+                        AbbreviationDefinition(
+                            short, long, short_end - len(short), short_end, long_end - len(long), long_end
+                        )
+                    )
+    return found
+
+
+def find_abbreviations(text: str) -> Dict[str, str]:
+    """Short form → long form for every ``long form (SF)`` (or ``SF (long form)``) in ``text``.
+
+    The first definition of a short form in the document wins.
+    """
+    return _first_definitions(find_abbreviation_definitions(text))
+
+
+def _first_definitions(definitions: Iterable[AbbreviationDefinition]) -> Dict[str, str]:
+    found: Dict[str, str] = {}
+    for d in definitions:
+        found.setdefault(d.short, d.long)
+    return found
+
+
+def expand_abbreviations(mention: str, abbreviations: Mapping[str, str], max_rounds: int = 3) -> str:
+    """Replace whole-token short forms (also inside ``A/B`` and before a comma) by long forms.
+
+    Repeated a few rounds because a long form may itself contain a short form; a short form
+    whose long form contains it is never expanded, so the loop cannot grow a mention forever.
+    """
+    usable = {s: l for s, l in abbreviations.items() if s not in l.split()}
+    if not usable:
+        return mention
+    pattern = re.compile(
+        r"(?<![^\s/])(" + "|".join(re.escape(s) for s in sorted(usable, key=len, reverse=True)) + r")(?=$|[\s/,;:])"
+    )
+    for _ in range(max_rounds):
+        expanded = pattern.sub(lambda m: usable[m.group(1)], mention)
+        if expanded == mention:
+            break
+        mention = expanded
+    return mention
+
+
+def query_text(span: Span, attr: str = DEFAULT_ATTR) -> str:
+    """The text to search for ``span``: its abbreviations expanded when the doc has definitions.
+
+    Works without the component too (no extension, or none found): then it is ``span.text``.
+    """
+    if not Doc.has_extension(attr):
+        return span.text
+    abbreviations = getattr(span.doc._, attr)
+    if not abbreviations or not isinstance(abbreviations, Mapping):
+        return span.text
+    return expand_abbreviations(span.text, abbreviations)
+
+
+# ---------------------------------------------------------------------------- the doc attribute
+class _DocAttribute:
+    """``doc._.<name>`` stored where spaCy stores plain extensions (so ``to_bytes``/``DocBin`` keep
+    it), marked as ours so re-registering is a no-op and another package's attribute is refused."""
+
+    def __init__(self, name: str):
+        self.key = ("._.", name, None, None)
+
+    def get(self, doc: Doc) -> Optional[Dict[str, str]]:
+        return doc.user_data.get(self.key)
+
+    def set(self, doc: Doc, value: Optional[Dict[str, str]]) -> None:
+        doc.user_data[self.key] = value
+
+
+def register_doc_attribute(name: str) -> None:
+    """Register ``Doc._.<name>`` unless another package (scispacy's detector uses
+    ``abbreviations`` for a list of spans) already owns that name."""
+    if Doc.has_extension(name):
+        getter = Doc.get_extension(name)[2]
+        if isinstance(getattr(getter, "__self__", None), _DocAttribute):
+            return
+        raise ValueError(
+            f"Doc extension '{name}' is already registered by another package (scispacy's "
+            f"AbbreviationDetector uses 'abbreviations'). spacy-sapbert will not overwrite it: choose "
+            f"another name with the sapbert_abbreviations 'attr' setting."
+        )
+    attr = _DocAttribute(name)
+    Doc.set_extension(name, getter=attr.get, setter=attr.set)
+
+
+# ---------------------------------------------------------------------------- later uses
+def _overlaps(a: Tuple[int, int], b: Tuple[int, int]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def _head_label(spans: Sequence[Span], start: int, end: int) -> Optional[int]:
+    """The label of a span ending where tokens ``start:end`` end and overlapping them.
+
+    Sharing the last token (the head) is what makes the long form name the entity: "von
+    Hippel-Lindau tumor suppressor gene (VHL)" overlaps the disease "von Hippel-Lindau" but names
+    a gene, and "glucose-6-phosphate dehydrogenase (G6PD) deficiency" is a disease whose short
+    form names an enzyme.
+    """
+    for s in spans:
+        if s.end == end and s.start < end and start < s.end:
+            return s.label
+    return None
+
+
+def _whole_token_occurrences(doc: Doc, short: str) -> Iterator[Tuple[int, int]]:
+    """Token ranges of ``short`` wherever it is whole tokens (case-sensitive)."""
+    for m in re.finditer(r"(?<!\w)" + re.escape(short) + r"(?!\w)", doc.text):
+        span = doc.char_span(m.start(), m.end(), alignment_mode="strict")
+        if span is not None:
+            yield span.start, span.end
+
+
+def new_abbreviation_spans(
+    doc: Doc, spans: Sequence[Span], definitions: Sequence[AbbreviationDefinition], allow_overlap: bool = False
+) -> List[Tuple[int, int, int]]:
+    """``(start, end, label)`` token ranges to add to ``spans`` for the uses of defined short forms.
+
+    A short form gets the label of the span that shares the last token of its long form in a
+    definition (or, when only the short form was detected, of the span that is exactly it, and
+    the long form is added too). New ranges never overlap ``spans`` or each other unless
+    ``allow_overlap`` (span groups), where only exact duplicates are skipped.
+    """
+    taken = [(s.start, s.end) for s in spans]
+    labels: Dict[str, int] = {}
+    added: List[Tuple[int, int, int]] = []
+
+    def add(start: int, end: int, label: int) -> None:
+        if allow_overlap:
+            if (start, end) in taken:
+                return
+        elif any(_overlaps((start, end), t) for t in taken):
+            return
+        taken.append((start, end))
+        added.append((start, end, label))
+
+    first_long = _first_definitions(definitions)
+    for d in definitions:
+        if first_long[d.short] != d.long:
+            continue  # a later, different definition: the first one is the meaning used
+        long_span = doc.char_span(d.long_start, d.long_end, alignment_mode="expand")
+        short_span = doc.char_span(d.short_start, d.short_end, alignment_mode="expand")
+        if long_span is None or short_span is None:
+            continue
+        label = _head_label(spans, long_span.start, long_span.end)
+        if label is None:  # only the short form was detected: it must be exactly a span
+            label = next((s.label for s in spans if (s.start, s.end) == (short_span.start, short_span.end)), None)
+            if label is None:
+                continue
+            strict = doc.char_span(d.long_start, d.long_end, alignment_mode="strict")
+            if strict is not None:
+                add(strict.start, strict.end, label)
+        labels.setdefault(d.short, label)
+    for short, label in labels.items():
+        for start, end in _whole_token_occurrences(doc, short):
+            add(start, end, label)
+    return sorted(added)
+
+
+# ---------------------------------------------------------------------------- the component
+@Language.factory(
+    "sapbert_abbreviations",
+    assigns=["doc._.abbreviations", "doc.ents"],
+    default_config={"find_later_uses": True, "spans_key": None, "attr": DEFAULT_ATTR},
+)
+def make_sapbert_abbreviations(
+    nlp: Language, name: str, find_later_uses: bool, spans_key: Optional[str], attr: str
+) -> "AbbreviationComponent":
+    """Place it after mention detection and before ``sapbert_linker``."""
+    return AbbreviationComponent(nlp, name, find_later_uses=find_later_uses, spans_key=spans_key, attr=attr)
+
+
+class AbbreviationComponent:
+    """Stores the doc's abbreviation definitions and marks later uses of defined short forms."""
+
+    def __init__(
+        self,
+        nlp: Language,
+        name: str = "sapbert_abbreviations",
+        *,
+        find_later_uses: bool = True,
+        spans_key: Optional[str] = None,
+        attr: str = DEFAULT_ATTR,
+    ):
+        self.name = name
+        self.cfg: Dict[str, Any] = {"find_later_uses": find_later_uses, "spans_key": spans_key, "attr": attr}
+        register_doc_attribute(attr)
+
+    @property
+    def attr(self) -> str:
+        return self.cfg["attr"]
+
+    def __call__(self, doc: Doc) -> Doc:
+        definitions = find_abbreviation_definitions(doc.text)
+        doc._.set(self.attr, _first_definitions(definitions))
+        if not definitions or not self.cfg["find_later_uses"]:
+            return doc
+        added = new_abbreviation_spans(doc, list(doc.ents), definitions)
+        if added:  # new entities only: the existing ones (and their kb ids) stay untouched
+            doc.set_ents([Span(doc, s, e, label=label) for s, e, label in added], default="unmodified")
+        key = self.cfg["spans_key"]
+        if key is not None and key in doc.spans:
+            group = doc.spans[key]
+            added = new_abbreviation_spans(doc, list(group), definitions, allow_overlap=True)
+            if added:
+                spans = list(group) + [Span(doc, s, e, label=label) for s, e, label in added]
+                doc.spans[key] = SpanGroup(doc, name=key, attrs=dict(group.attrs), spans=spans)
+        return doc
+
+    def pipe(self, stream: Iterable[Doc], batch_size: int = 128) -> Iterator[Doc]:
+        for doc in stream:
+            yield self(doc)
+
+    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
+        return srsly.json_dumps(self.cfg).encode("utf8")
+
+    def from_bytes(self, data: bytes, *, exclude: Iterable[str] = tuple()) -> "AbbreviationComponent":
+        self.cfg.update(srsly.json_loads(data))
+        register_doc_attribute(self.attr)
+        return self
+
+    def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
+        write_json(Path(path) / "cfg.json", self.cfg)
+
+    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "AbbreviationComponent":
+        cfg_path = Path(path) / "cfg.json"
+        if cfg_path.exists():
+            self.cfg.update(read_json(cfg_path))
+            register_doc_attribute(self.attr)
+        return self
+

@@ -1,0 +1,232 @@
+"""The linker's NIL threshold, chosen on dev mentions and stored in the KB folder.
+
+With threshold 0.0 every mention gets its nearest concept, so a mention of something the KB does
+not hold ("MS" against HPO) is linked with confidence to something else. The threshold is the
+lowest top-candidate score at which the linker answers; below it ``_.cui`` stays empty.
+
+How it is chosen (``METHOD``): every dev mention whose gold concept is in the KB is an *in-KB*
+case, right when the linker answers with a gold concept. Each also gives a *NIL* case, the
+mention as if its gold concepts were missing from the KB (leave-gold-out: the score of the best
+candidate that is not gold; dev sets rarely hold real out-of-KB mentions, and those that do
+count too); a NIL case is right when the linker abstains. The threshold maximises accuracy over
+both, NIL cases weighted by ``nil_weight`` (1.0: an out-of-KB mention is as likely as an
+in-KB one). Abstaining on an in-KB mention counts as wrong. Among equally good thresholds the
+lowest is taken, placed halfway between two observed scores.
+
+``LinkingKB.calibrated_threshold`` reads the result; the linker uses it when its ``threshold``
+setting is None.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from .fileio import read_json, write_json
+
+PathLike = Union[str, os.PathLike]
+METHOD = "max-accuracy: in-KB mentions right when answered with a gold concept; leave-gold-out NIL cases right when abstained"
+META_KEY = "calibration"
+CURVE_STEP = 0.01
+SHIPPED_HPO = Path(__file__).parent / "data" / "hpo_calibration.json"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One case: the linker's top score, whether it would answer at a low enough threshold
+    (an ambiguous top name is never answered), whether that answer is gold, and whether the
+    case is in the KB (False: a NIL case, right only when the linker abstains)."""
+
+    score: float
+    answerable: bool
+    correct: bool
+    in_kb: bool
+
+
+def mention_outcomes(
+    candidates: Sequence[Sequence[Any]],
+    gold: Collection[str],
+    in_kb: bool,
+    aliases: Optional[Mapping[str, Collection[str]]] = None,
+    ambiguous: str = "none",
+    leave_gold_out: bool = True,
+) -> List[Outcome]:
+    """The cases one dev mention gives, from the linker's ``(concept_id, name, score, ambiguous)``
+    candidates (best first) and its gold ids: an in-KB case and a leave-gold-out NIL case when a
+    gold concept is in the KB (``in_kb``), else one real NIL case."""
+    gold = set(gold)
+
+    def is_gold(concept: str) -> bool:
+        return concept in gold or bool(aliases) and any(a in gold for a in aliases.get(concept, ()))  # type: ignore[union-attr]
+
+    def outcome(cands: Sequence[Sequence[Any]], case_in_kb: bool) -> Outcome:
+        if not cands:
+            return Outcome(-math.inf, False, False, case_in_kb)
+        cid, _, score, amb = cands[0][:4]
+        answerable = not (amb and ambiguous == "none")
+        return Outcome(float(score), answerable, answerable and is_gold(cid), case_in_kb)
+
+    if not in_kb:
+        return [outcome(candidates, False)]
+    out = [outcome(candidates, True)]
+    if leave_gold_out:
+        out.append(outcome([c for c in candidates if not is_gold(c[0])], False))
+    return out
+
+
+def _arrays(outcomes: Sequence[Outcome]):
+    score = np.array([o.score for o in outcomes], dtype=np.float64)
+    answerable = np.array([o.answerable for o in outcomes], dtype=bool)
+    correct = np.array([o.correct for o in outcomes], dtype=bool)
+    in_kb = np.array([o.in_kb for o in outcomes], dtype=bool)
+    return score, answerable, correct, in_kb
+
+
+def evaluate_threshold(outcomes: Sequence[Outcome], threshold: float, nil_weight: float = 1.0) -> Dict[str, float]:
+    """What the linker does at ``threshold`` (answers when the top score is at least it):
+    ``accuracy`` (the objective), ``precision`` (of its answers on in-KB cases),
+    ``abstention`` (share of in-KB cases left unlinked), ``nil_abstention`` (share of NIL cases
+    left unlinked, the higher the better) and ``answered_right`` (share of in-KB cases linked right)."""
+    score, answerable, correct, in_kb = _arrays(outcomes)
+    answered = answerable & (score >= threshold)
+    n_in, n_nil = int(in_kb.sum()), int((~in_kb).sum())
+    right_in = int((answered & correct & in_kb).sum())
+    abstained_nil = int((~answered & ~in_kb).sum())
+    answered_in = int((answered & in_kb).sum())
+    total = n_in + nil_weight * n_nil
+    return {
+        "threshold": round(float(threshold), 4),
+        "accuracy": round((right_in + nil_weight * abstained_nil) / total, 4) if total else 0.0,
+        "precision": round(right_in / answered_in, 4) if answered_in else 1.0,
+        "abstention": round(1 - answered_in / n_in, 4) if n_in else 0.0,
+        "nil_abstention": round(abstained_nil / n_nil, 4) if n_nil else 0.0,
+        "answered_right": round(right_in / n_in, 4) if n_in else 0.0,
+    }
+
+
+def choose_threshold(outcomes: Sequence[Outcome], nil_weight: float = 1.0) -> float:
+    """The threshold in [-1, 1] that maximises ``evaluate_threshold``'s accuracy (see the module docstring)."""
+    score, answerable, correct, in_kb = _arrays(outcomes)
+    usable = answerable & np.isfinite(score)
+    levels = np.unique(np.concatenate([[-1.0], np.clip(score[usable], -1.0, 1.0)]))  # ascending
+    # answering at level j = answering every usable case scoring at least levels[j]
+    weight = np.where(in_kb, 1.0, nil_weight)
+    gain = np.where(in_kb, correct.astype(float), -1.0) * weight  # what answering a case adds
+    order = np.searchsorted(levels, np.clip(score[usable], -1.0, 1.0))
+    per_level = np.bincount(order, weights=gain[usable], minlength=len(levels))
+    answered_gain = per_level[::-1].cumsum()[::-1]  # the gain of answering everything at or above each level
+    best = int(np.argmax(answered_gain))  # first (lowest) of the best
+    if best == 0:
+        return float(levels[0])
+    low, high = float(levels[best - 1]), float(levels[best])
+    mid = round((low + high) / 2, 4)
+    return mid if low < mid <= high else high
+
+
+def curve(outcomes: Sequence[Outcome], nil_weight: float = 1.0, start: float = 0.0, step: float = CURVE_STEP) -> List[Dict[str, float]]:
+    """``evaluate_threshold`` on a grid from ``start`` to 1.0: the precision/abstention plot's data."""
+    n = int(round((1.0 - start) / step))
+    return [evaluate_threshold(outcomes, start + i * step, nil_weight) for i in range(n + 1)]
+
+
+def calibrate(outcomes: Sequence[Outcome], dev: str, nil_weight: float = 1.0) -> Dict[str, Any]:
+    """The calibration record stored in a KB's meta: the threshold and how it was chosen."""
+    if not any(o.in_kb for o in outcomes):
+        raise ValueError(f"{dev}: no dev mention has a gold concept in the KB; nothing to calibrate on")
+    threshold = choose_threshold(outcomes, nil_weight)
+    return {
+        "threshold": threshold,
+        "method": METHOD,
+        "nil_weight": nil_weight,
+        "dev": dev,
+        "cases": {"in_kb": sum(o.in_kb for o in outcomes), "nil": sum(not o.in_kb for o in outcomes)},
+        "at_threshold": evaluate_threshold(outcomes, threshold, nil_weight),
+        "at_zero": evaluate_threshold(outcomes, 0.0, nil_weight),
+    }
+
+
+def store_calibration(kb_folder: PathLike, calibration: Mapping[str, Any]) -> None:
+    """Write ``calibration`` into the KB folder's ``meta.json`` (atomically; the KB data is untouched)."""
+    from .search import META_FILE
+
+    path = Path(kb_folder) / META_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{kb_folder} is not a spacy-sapbert KB folder (no {META_FILE})")
+    meta = read_json(path)
+    meta[META_KEY] = dict(calibration)
+    write_json(path, meta)
+
+
+def gold_concepts(kb) -> tuple:
+    """The ids a gold annotation may use for the KB's concepts (their ids and alternative ids),
+    and each concept's alternative ids."""
+    aliases = {cid: list(x) for cid, x in zip(kb.concept_ids, kb.concept_xrefs) if x}
+    known = set(kb.concept_ids) | {a for x in aliases.values() for a in x}
+    return known, aliases
+
+
+def linker_outcomes(nlp, documents: Iterable[Any], spelling: Optional[Mapping[str, str]] = None) -> List[Outcome]:
+    """The cases of dev ``documents`` (``evaluation.datasets.Document``: text and gold mentions)
+    linked by ``nlp``'s linker in ``nlp.pipe`` with the gold mentions as spans."""
+    from .evaluation.gold_spans import find_linker, link_gold_mentions
+
+    documents = list(documents)
+    linker = find_linker(nlp)
+    links = link_gold_mentions(nlp, documents, spelling)
+    known, aliases = gold_concepts(linker.linking_kb.kb)
+    out: List[Outcome] = []
+    for document in documents:
+        for m in document.mentions:
+            if not m.ids:
+                continue  # unannotated: neither right nor wrong
+            parts = links.parts.get((m.doc_id, m.start, m.end)) or [("", [])]
+            out += mention_outcomes(parts[0][1], m.ids, any(g in known for g in m.ids), aliases, linker.ambiguous)
+    return out
+
+
+def calibrate_kb_folder(
+    kb_folder: PathLike,
+    documents: Iterable[Any],
+    dev: str,
+    *,
+    label: str = "CONCEPT",
+    encoder: Optional[PathLike] = None,
+    spelling: Optional[Mapping[str, str]] = None,
+    nil_weight: float = 1.0,
+    store: bool = True,
+    linker_config: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """Choose the threshold for the KB folder on dev ``documents`` (gold spans through the shipped
+    gold-span pipeline; ``spelling``: a typo list applied to the mention words first) and, with
+    ``store``, write it into the folder's meta. Returns the record, plus its ``curve`` (not stored)."""
+    from .evaluation.gold_spans import GOLD_SPANS_KEY
+    from .pipelines import build_pipeline
+
+    config = {**(linker_config or {}), "spans_key": GOLD_SPANS_KEY}  # overlapping gold mentions go to this group
+    nlp = build_pipeline(kb_folder, "gold", encoder=None if encoder is None else str(encoder), label=label, linker_config=config)
+    outcomes = linker_outcomes(nlp, documents, spelling)
+    record = calibrate(outcomes, dev, nil_weight)
+    if store:
+        store_calibration(kb_folder, record)
+    return {**record, "curve": curve(outcomes, nil_weight)}
+
+
+def apply_shipped_calibration(kb_folder: PathLike, encoder_fingerprint: str, shipped: PathLike = SHIPPED_HPO) -> bool:
+    """Stamp the calibration shipped with the package (chosen by ``benchmarks/calibration.py`` on
+    GSC+ dev) into the default HPO KB folder, if it was chosen for this encoder and the folder has
+    none yet. Returns whether the folder now has it."""
+    from .search import META_FILE
+
+    if not Path(shipped).is_file():
+        return False
+    record = read_json(shipped)
+    if record.get("encoder_fingerprint") != encoder_fingerprint:
+        return False
+    meta = read_json(Path(kb_folder) / META_FILE)
+    if META_KEY not in meta:
+        store_calibration(kb_folder, record)
+    return True

@@ -1,0 +1,108 @@
+"""Composite mentions: one mention naming several concepts ("breast and ovarian cancer").
+
+``split_composite`` is the evaluation's rule (the gold id count is known, so a split must give
+exactly that many parts); ``split_mention`` is the pipeline's (the count is unknown, so any
+coordination is split and the linker keeps the parts only when they link better than the whole).
+Both use the same splitters.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable, List, Sequence
+
+_CONJUNCTION = re.compile(r",?\s+(?:and/or|and|or)\s+")
+_BRACKETS = re.compile(r"[()\[\]{}]")
+
+
+def _coordinated_items(text: str) -> List[str]:
+    """``A, B, and the C`` → [A, B, C] (commas split only before the last conjunction)."""
+    chunks = _CONJUNCTION.split(text)
+    if len(chunks) < 2:
+        return []
+    items = [i for chunk in chunks[:-1] for i in chunk.split(",")] + [chunks[-1].replace(",", " ")]
+    items = [re.sub(r"^(?:both|the)\s+", "", " ".join(i.split())) for i in items]
+    return [i for i in items if i]
+
+
+def _split_head_of(mention: str) -> List[str]:
+    """``cancers of the breast and ovary`` → ``cancers of breast``, ``cancers of ovary``."""
+    m = re.fullmatch(r"(?P<head>\S.*?) of (?P<rest>.+)", mention)
+    if not m:
+        return []
+    items = _coordinated_items(m.group("rest"))
+    return [f"{m.group('head')} of {item}" for item in items] if len(items) > 1 else []
+
+
+def _split_coordination(mention: str, align_modifiers: bool = False) -> List[str]:
+    """Coordinated modifiers, heads, or whole names.
+
+    ``breast and ovarian cancer`` → ``breast cancer``, ``ovarian cancer`` (shared head);
+    ``colorectal adenomas and carcinoma`` → ``colorectal adenomas``, ``colorectal carcinoma``
+    (shared modifier); ``breast cancer and ovarian cancer`` → the two names as they are.
+    The shared head is what follows the last item's first word; with ``align_modifiers`` the last
+    item's modifier is as long as the item before it, so ``type 1 and type 2 diabetes`` gives
+    ``type 1 diabetes`` (the evaluation keeps the original rule, so its counts stay comparable).
+    """
+    items = _coordinated_items(mention)
+    if len(items) < 2:
+        return []
+    words = [i.split() for i in items]
+    last = words[-1]
+    if all(len(w) > 1 for w in words) and len({w[-1] for w in words}) == 1:
+        return items  # whole names, each with its own head
+    if len(last) > 1:
+        n_modifier = len(words[-2]) if align_modifiers and len(last) > len(words[-2]) else 1
+        stem = " ".join(last[n_modifier:])
+        return [f"{i} {stem}" for i in items[:-1]] + [items[-1]]
+    if len(words[0]) > 1 and all(len(w) == 1 for w in words[1:]):
+        prefix = " ".join(words[0][:-1])
+        return [items[0]] + [f"{prefix} {i}" for i in items[1:]]
+    return items
+
+
+def _split_slash(mention: str) -> List[str]:
+    """``breast/ovarian cancer`` → ``breast cancer``, ``ovarian cancer`` (one slashed word)."""
+    words = mention.split()
+    slashed = [i for i, w in enumerate(words) if "/" in w and w.lower() != "and/or"]
+    if len(slashed) != 1:
+        return []
+    i = slashed[0]
+    alternatives = [a for a in words[i].split("/") if a]
+    return [" ".join(words[:i] + [a] + words[i + 1 :]) for a in alternatives] if len(alternatives) > 1 else []
+
+
+def split_composite(mention: str, n_ids: int) -> List[str]:
+    """Split a mention annotated with ``n_ids`` concepts into that many names, or keep it whole.
+
+    Tried in order: ``X of A and B``, coordination, a slash, one word per id. A split is kept
+    only when it yields exactly ``n_ids`` parts, so an unusual phrasing stays one query with all
+    its ids rather than becoming wrong parts.
+    """
+    if n_ids < 2:
+        return [mention]
+    splitters: Sequence[Callable[[str], List[str]]] = (_split_head_of, _split_coordination, _split_slash, str.split)
+    for splitter in splitters:
+        parts = splitter(mention)
+        if len(parts) == n_ids:
+            return parts
+    return [mention]
+
+
+def split_mention(mention: str) -> List[str]:
+    """The concepts a mention coordinates, or ``[mention]`` when it does not look composite.
+
+    ``breast and ovarian cancer``, ``palmar and/or plantar pits``, ``cancers of the breast and
+    ovary``, ``breast/ovarian cancer`` and ``type 1 and type 2 diabetes`` are split. Names that
+    contain "and" as one concept ("hand, foot and mouth disease") are split too: a word list
+    cannot tell them apart, and the linker keeps parts only when each links better than the
+    whole. Not split: a mention with brackets (an "and" inside a parenthesis belongs to a
+    gloss) and a split that leaves a part equal to the whole.
+    """
+    text = " ".join(mention.split())
+    if not text or _BRACKETS.search(text):
+        return [mention]
+    for splitter in (_split_head_of, lambda m: _split_coordination(m, align_modifiers=True), _split_slash):
+        parts = list(dict.fromkeys(p for p in splitter(text) if p))
+        if len(parts) > 1 and text not in parts:
+            return parts
+    return [mention]

@@ -1,0 +1,374 @@
+"""End-to-end evaluation: raw test abstracts in, linked mentions out, through ``build_pipeline``.
+
+``python -m spacy_sapbert evaluate --end-to-end --dataset D --detector X`` runs the pipeline users
+run (a detector, abbreviations, ``sapbert_linker``) with ``nlp.pipe`` over the test documents of
+NCBI-disease or BC5CDR (its PubTator file, filtered to the dataset's entity type) and scores:
+
+* mentions, exact boundaries: a predicted span is right when a gold span has its character
+  offsets; *overlap*: when it shares a character with one (precision over predictions, recall
+  over gold spans, each counted once);
+* span + concept: a prediction is right when its span is exactly a gold span and its concepts
+  (the top concept, or each part's for a split composite mention) are gold ids, an alternative
+  id (MEDIC's ``114500|D015179``) counting as its concept, as in the gold-span metrics;
+* per document, the set of concepts found against the set annotated (micro-averaged).
+
+Unlinkable gold mentions (``-1``) count for the mention scores; for linking they are left out on
+both sides: they are not in the recall's denominator, and a prediction on exactly such a span
+is neither right nor wrong. A span the linker left without a concept is no linking prediction.
+
+Dictionaries: ``ontology`` (MEDIC, or the MeSH-2024 chemicals) and ``paper``, the ontology plus
+the train and dev mentions as written with their gold ids (TaggerOne's lexicon: dictionary plus
+training annotations). Gold ids follow the gold-span harness (``select_gold_ids``).
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import shlex
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ..kb import ConceptKB
+from . import datasets
+from .datasets import Document
+from .metrics import concept_matches
+from .preprocess import Query, select_gold_ids
+
+PathLike = Union[str, Path]
+DETECTORS = ("ruler", "span_finder", "ner", "ner+span_finder")
+WARMUP_DOCS = 8  # train documents run through the pipeline before the clock starts
+
+
+@dataclass(frozen=True)
+class EndToEndSpec:
+    """The entity type(s) a benchmark annotates and the label the pipeline gives its spans."""
+
+    types: Tuple[str, ...]  # gold annotation types kept (empty: all)
+    label: str
+
+
+SPECS: Dict[str, EndToEndSpec] = {
+    "ncbi-disease": EndToEndSpec((), "Disease"),  # its four mention types are all diseases
+    "bc5cdr-disease": EndToEndSpec(("Disease",), "Disease"),
+    "bc5cdr-chemical": EndToEndSpec(("Chemical",), "Chemical"),
+}
+
+
+# ---------------------------------------------------------------------------- gold and predictions
+@dataclass(frozen=True)
+class GoldSpan:
+    start: int
+    end: int
+    ids: Tuple[str, ...]  # empty: unlinkable (-1)
+
+
+@dataclass(frozen=True)
+class PredictedSpan:
+    start: int
+    end: int
+    concepts: Tuple[str, ...]  # empty: the linker gave no concept
+
+
+def load_documents(dataset: str, split: str = "test", data_dir: PathLike = datasets.DEFAULT_DATA_DIR) -> List[Document]:
+    """The split's full documents (the PubTator file), keeping the dataset's entity type only."""
+    if dataset not in SPECS:
+        raise ValueError(f"unknown benchmark {dataset!r}; choose one of {sorted(SPECS)}")
+    spec = datasets.get_benchmark(dataset)
+    rel = spec.text_files.get(split) or spec.mention_files[split]
+    path = Path(data_dir) / rel
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; copy the benchmark data into {data_dir} (see assets/benchmarks.md)")
+    docs = datasets.read_pubtator(path)
+    types = SPECS[dataset].types
+    if types:
+        for d in docs:
+            d.mentions = [m for m in d.mentions if m.entity_type in types]
+    return docs
+
+
+def gold_spans(document: Document) -> List[GoldSpan]:
+    """One gold span per distinct offsets (blanks at the edges trimmed), ids as the harness keeps them."""
+    from .gold_spans import trimmed
+
+    by_offsets: Dict[Tuple[int, int], List[str]] = {}
+    for m in document.mentions:
+        ids = by_offsets.setdefault(trimmed(document.text, m.start, m.end), [])
+        ids.extend(select_gold_ids(m.ids))
+    return [GoldSpan(s, e, tuple(dict.fromkeys(ids))) for (s, e), ids in sorted(by_offsets.items())]
+
+
+def raw_mention_names(dataset: str, data_dir: PathLike = datasets.DEFAULT_DATA_DIR) -> List[Query]:
+    """The train and dev mentions as written, with their gold ids: the lexicon's extra names."""
+    out = []
+    for split in ("train", "dev"):
+        for d in datasets.load_split(dataset, split, data_dir):
+            for m in d.mentions:
+                if not m.is_nil and m.text.strip():
+                    out.append(Query(m.doc_id, m.start, m.end, m.text, (m.text,), select_gold_ids(m.ids)))
+    return out
+
+
+# ---------------------------------------------------------------------------- metrics
+def prf(right_predictions: int, n_predictions: int, found_gold: int, n_gold: int) -> Tuple[float, float, float]:
+    """Precision, recall and F1 (0 where undefined)."""
+    p = right_predictions / n_predictions if n_predictions else 0.0
+    r = found_gold / n_gold if n_gold else 0.0
+    return p, r, (2 * p * r / (p + r) if p + r else 0.0)
+
+
+@dataclass
+class Counts:
+    """Sums over documents of what the P/R/F figures divide."""
+
+    gold: int = 0
+    predicted: int = 0
+    exact: int = 0
+    overlap_predicted: int = 0
+    overlap_gold: int = 0
+    link_gold: int = 0
+    link_predicted: int = 0
+    link_right: int = 0
+    doc_gold: int = 0
+    doc_predicted: int = 0
+    doc_predicted_right: int = 0
+    doc_gold_found: int = 0
+
+    def add(self, other: "Counts") -> None:
+        for key, value in vars(other).items():
+            setattr(self, key, getattr(self, key) + value)
+
+
+def score_document(
+    gold: Sequence[GoldSpan], predicted: Sequence[PredictedSpan], aliases: Optional[Mapping[str, Collection[str]]] = None
+) -> Counts:
+    """The counts of one document (see the module docstring for what is right)."""
+    c = Counts()
+    gold_by_span = {(g.start, g.end): g for g in gold}
+    pred_by_span = {(p.start, p.end): p for p in predicted}
+    c.gold, c.predicted = len(gold_by_span), len(pred_by_span)
+    c.exact = len(gold_by_span.keys() & pred_by_span.keys())
+    c.overlap_predicted = sum(any(p[0] < g[1] and g[0] < p[1] for g in gold_by_span) for p in pred_by_span)
+    c.overlap_gold = sum(any(p[0] < g[1] and g[0] < p[1] for p in pred_by_span) for g in gold_by_span)
+
+    c.link_gold = sum(bool(g.ids) for g in gold_by_span.values())
+    for span, p in pred_by_span.items():
+        g = gold_by_span.get(span)
+        if not p.concepts or (g is not None and not g.ids):
+            continue  # no concept given, or the gold span is unlinkable
+        c.link_predicted += 1
+        if g is not None and all(concept_matches(x, set(g.ids), aliases) for x in p.concepts):
+            c.link_right += 1
+
+    gold_ids = {i for g in gold_by_span.values() for i in g.ids}
+    found = {x for p in pred_by_span.values() for x in p.concepts}
+    c.doc_gold, c.doc_predicted = len(gold_ids), len(found)
+    c.doc_predicted_right = sum(concept_matches(x, gold_ids, aliases) for x in found)
+    c.doc_gold_found = sum(any(concept_matches(x, {g}, aliases) for x in found) for g in gold_ids)
+    return c
+
+
+def summarize_counts(c: Counts) -> Dict[str, float]:
+    """The reported rates (fractions, 4 decimals)."""
+    rates = {
+        "mention": prf(c.exact, c.predicted, c.exact, c.gold),
+        "overlap": prf(c.overlap_predicted, c.predicted, c.overlap_gold, c.gold),
+        "link": prf(c.link_right, c.link_predicted, c.link_right, c.link_gold),
+        "doc": prf(c.doc_predicted_right, c.doc_predicted, c.doc_gold_found, c.doc_gold),
+    }
+    return {f"{k}_{m}": round(v, 4) for k, (p, r, f) in rates.items() for m, v in (("p", p), ("r", r), ("f1", f))}
+
+
+def predicted_spans(doc, linker) -> List[PredictedSpan]:
+    """The spans ``linker`` linked in ``doc`` with their concepts (each part's for a split composite)."""
+    out = []
+    parts_attr = getattr(linker, "parts_attr", None)
+    for span in linker.spans_to_link(doc):
+        cui = span._.get(linker.cui_attr)
+        concepts: Tuple[str, ...] = ()
+        if cui is not None:
+            parts = span._.get(parts_attr) if parts_attr else None
+            tops = [cands[0][0] for _, cands in parts or () if cands]
+            concepts = tuple(dict.fromkeys(tops)) if len(parts or ()) > 1 and tops else (cui,)
+        out.append(PredictedSpan(span.start_char, span.end_char, concepts))
+    return out
+
+
+# ---------------------------------------------------------------------------- the run
+def dictionary_for(dataset: str, dictionary: str, data_dir: PathLike, resources_dir: PathLike) -> ConceptKB:
+    """The ontology, or the ontology + the raw train/dev mentions (``paper``)."""
+    from .runner import build_dictionary
+
+    names = raw_mention_names(dataset, data_dir) if dictionary == "paper" else []
+    return build_dictionary(dataset, dictionary, names, data_dir, resources_dir)
+
+
+def prepare_kb(
+    dataset: str,
+    dictionary: str,
+    encoder_path: Optional[PathLike],
+    cache_dir: PathLike,
+    data_dir: PathLike = datasets.DEFAULT_DATA_DIR,
+    resources_dir: PathLike = datasets.DEFAULT_RESOURCES_DIR,
+    precision: str = "fp32",
+    batch_size: int = 128,
+    progress: bool = True,
+) -> Tuple[str, Dict[str, object]]:
+    """The dictionary's KB folder (built and cached on first use); run in a child process so
+    the evaluating process's peak memory is the pipeline's, not the dictionary build's."""
+    from ..encoder import SapEncoder, resolve_encoder_path
+    from .runner import dictionary_kb_folder
+
+    kb = dictionary_for(dataset, dictionary, data_dir, resources_dir)
+    encoder = SapEncoder.load(resolve_encoder_path(encoder_path), device="cpu", precision=precision)
+    folder, info = dictionary_kb_folder(kb, encoder, cache_dir, batch_size, progress)
+    info.update(dictionary_size=kb.n_names, dictionary_concepts=len(kb))
+    return str(folder), info
+
+
+def _in_child(fn, *args):
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def command_line(dataset: str, detector: str, dictionary: str, **options: object) -> str:
+    """The CLI command that reproduces a run (options left at their defaults are omitted)."""
+    args = ["python", "-m", "spacy_sapbert", "evaluate", "--end-to-end", "--dataset", dataset, "--detector", detector,
+            "--dictionary", dictionary]
+    for key, value in options.items():
+        if value is not None:
+            args += [f"--{key.replace('_', '-')}"] + ([str(value)] if value != "" else [])
+    return shlex.join(args)
+
+
+def evaluate_end_to_end(
+    dataset: str,
+    detector: str = "span_finder",
+    dictionary: str = "ontology",
+    encoder_path: Optional[PathLike] = None,
+    *,
+    ner_model: Optional[PathLike] = None,
+    abbreviations: bool = True,
+    data_dir: PathLike = datasets.DEFAULT_DATA_DIR,
+    resources_dir: PathLike = datasets.DEFAULT_RESOURCES_DIR,
+    cache_dir: PathLike = "corpus/cache",
+    precision: str = "fp32",
+    batch_size: int = 64,
+    threads: int = 1,
+    build_in_child: bool = True,
+    progress: bool = True,
+) -> Dict[str, object]:
+    """Run ``build_pipeline(kb, detector, labels=[the dataset's label])`` over the raw test documents
+    and score mentions, span + concept and per-document concepts (fractions in 0..1).
+
+    ``abstracts_per_s`` times ``nlp.pipe`` over all test documents after a warm-up on a few train
+    documents, with the linker's cache emptied in between (loading the KB is excluded);
+    ``peak_rss_mb`` is this process's peak (the dictionary KB is built in a child process).
+    """
+    from ..pipelines import DETECTORS as PIPELINE_DETECTORS
+    from ..pipelines import build_pipeline
+    from ..search import LinkingKB
+    from .gold_spans import find_linker
+    from .report import machine_description
+    from .runner import DICTIONARIES, concept_aliases, peak_rss_mb, set_threads
+
+    if detector not in PIPELINE_DETECTORS or detector == "gold":
+        raise ValueError(f"detector must be one of {[d for d in PIPELINE_DETECTORS if d != 'gold']}, got {detector!r}")
+    if dictionary not in DICTIONARIES:
+        raise ValueError(f"dictionary must be one of {DICTIONARIES}, got {dictionary!r}")
+    spec = SPECS.get(dataset)
+    if spec is None:
+        raise ValueError(f"unknown benchmark {dataset!r}; choose one of {sorted(SPECS)}")
+    documents = load_documents(dataset, "test", data_dir)
+    warmup = [d.text for d in load_documents(dataset, "train", data_dir)[:WARMUP_DOCS]]
+
+    t0 = time.perf_counter()
+    args = (dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, precision, 128, progress)
+    kb_folder, kb_info = _in_child(prepare_kb, *args) if build_in_child else prepare_kb(*args)
+    prepare_s = time.perf_counter() - t0
+
+    set_threads(threads)
+    t1 = time.perf_counter()
+    nlp = build_pipeline(
+        kb_folder, detector, encoder=encoder_path, labels=[spec.label], ner_model=ner_model,
+        abbreviations=abbreviations, linker_config={"precision": precision, "device": "cpu"},
+    )
+    linker = find_linker(nlp)
+    linker.initialize()
+    load_s = time.perf_counter() - t1
+    list(nlp.pipe(warmup, batch_size=batch_size))
+    linker.set_kb(linker.linking_kb, linker.encoder)  # empties its cache: the test texts start cold
+    t2 = time.perf_counter()
+    docs = list(nlp.pipe([d.text for d in documents], batch_size=batch_size))
+    pipe_s = time.perf_counter() - t2
+
+    aliases = concept_aliases(LinkingKB.from_disk(kb_folder).kb)
+    total = Counts()
+    gold_not_token_aligned = 0
+    for document, doc in zip(documents, docs):
+        gold = gold_spans(document)
+        gold_not_token_aligned += sum(doc.char_span(g.start, g.end) is None for g in gold)
+        total.add(score_document(gold, predicted_spans(doc, linker), aliases))
+
+    options: Dict[str, object] = {"encoder": encoder_path, "ner_model": ner_model}
+    if precision != "fp32":
+        options["precision"] = precision
+    if threads != 1:
+        options["threads"] = threads
+    if not abbreviations:
+        options["no_abbreviations"] = ""
+    return {
+        "dataset": dataset,
+        "detector": detector,
+        "dictionary": dictionary,
+        "dictionary_label": datasets.get_benchmark(dataset).dictionary_label
+        + (" + train/dev mentions (TaggerOne-style lexicon)" if dictionary == "paper" else ""),
+        "label": spec.label,
+        **summarize_counts(total),
+        "abstracts_per_s": round(len(documents) / pipe_s, 2) if pipe_s > 0 else None,
+        "pipeline_seconds": round(pipe_s, 2),
+        "load_seconds": round(load_s, 2),
+        "kb_prepare_seconds": round(prepare_s, 2),
+        "peak_rss_mb": peak_rss_mb(),
+        "counts": {
+            "documents": len(documents),
+            "gold_mentions": total.gold,
+            "gold_linkable": total.link_gold,
+            "gold_unlinkable": total.gold - total.link_gold,
+            "gold_not_token_aligned": gold_not_token_aligned,
+            "predicted": total.predicted,
+            "predicted_linked": total.link_predicted,
+            "exact_matches": total.exact,
+            "link_right": total.link_right,
+            "doc_gold_concepts": total.doc_gold,
+            "doc_predicted_concepts": total.doc_predicted,
+        },
+        "pipeline": [name for name, _ in nlp.pipeline],
+        "kb": kb_info,
+        "encoder": linker.encoder.describe(),
+        "threads": threads,
+        "precision": precision,
+        "warmup_documents": len(warmup),
+        **{f"machine_{k}": v for k, v in machine_description().items()},
+        "command": command_line(dataset, detector, dictionary, **options),
+    }
+
+
+def end_to_end_command(
+    dataset: str,
+    detector: str,
+    dictionary: str,
+    encoder: Optional[PathLike] = None,
+    output: Optional[PathLike] = None,
+    **options: object,
+) -> Dict[str, object]:
+    """CLI body: evaluate end to end, print the JSON, and write it to ``output`` when given."""
+    from ..fileio import write_json
+
+    result = evaluate_end_to_end(dataset, detector, dictionary, encoder, **options)  # type: ignore[arg-type]
+    print(json.dumps(result, indent=2, ensure_ascii=False))
+    if output:
+        write_json(output, result)
+    return result

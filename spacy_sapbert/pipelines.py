@@ -1,0 +1,93 @@
+"""Ready pipelines: a mention detector, abbreviations, negation and the linker, assembled in one place.
+
+Every entry point (the default HPO pipeline, ``link --kb``, the evaluations) builds its pipeline here,
+so what is measured is what users run.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+import spacy
+from spacy.language import Language
+
+PathLike = Union[str, os.PathLike]
+DETECTORS = ("gold", "ruler", "span_finder", "ner", "ner+span_finder")
+SHIPPED_NER = Path(__file__).parent / "data" / "ner"
+LINKER = "sapbert_linker"
+# Ruler patterns shorter than this are dropped: two-letter names ("MS") match noise.
+MIN_PATTERN_CHARS = 3
+
+
+def kb_names(kb_path: PathLike) -> List[str]:
+    """The KB's names as written (display forms), for an exact-name ruler."""
+    from .kb import ConceptKB
+
+    return list(ConceptKB.from_disk(kb_path).display_names)
+
+
+def add_ruler(nlp: Language, kb_path: PathLike, label: str) -> None:
+    """An entity ruler over the KB's names (case-insensitive): finds exactly the names in the KB."""
+    ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"})
+    names = [n for n in kb_names(kb_path) if len(n) >= MIN_PATTERN_CHARS]
+    ruler.add_patterns([{"label": label, "pattern": name} for name in names])  # type: ignore[attr-defined]
+
+
+def build_pipeline(
+    kb: Union[PathLike, Mapping[str, PathLike], None] = None,
+    detector: str = "span_finder",
+    *,
+    encoder: Optional[PathLike] = None,
+    labels: Sequence[str] = (),
+    label: Optional[str] = None,
+    abbreviations: bool = True,
+    negation: bool = False,
+    linker_config: Optional[Dict[str, object]] = None,
+    span_finder_config: Optional[Dict[str, object]] = None,
+    ner_model: Optional[PathLike] = None,
+) -> Language:
+    """A pipeline that finds mentions with ``detector`` and links them against the KB folder ``kb``.
+
+    ``detector``: ``gold`` (none: the caller sets ``doc.ents``), ``ruler`` (exact KB names),
+    ``span_finder`` (encoder-scored KB-vocabulary n-grams), ``ner`` (the trained NER shipped in
+    the package, or ``ner_model``) or ``ner+span_finder`` (the span finder adds what the NER missed).
+    ``labels``: entity labels to link (empty: all); the ruler and span finder label their spans
+    ``label`` (default: the first of ``labels``, else ``CONCEPT``). ``kb`` None: the embedded HPO KB.
+    ``kb`` may also map entity labels to KB folders (``{"Disease": medic, "Chemical": mesh}``): one
+    linker per label, named ``sapbert_linker_<label>``, for a detector that labels its spans (``ner``).
+    """
+    if detector not in DETECTORS:
+        raise ValueError(f"detector must be one of {DETECTORS}, got {detector!r}")
+    if isinstance(kb, Mapping):
+        if detector not in ("ner", "gold") or labels:
+            raise ValueError("a KB per label needs a labelling detector ('ner' or 'gold') and no 'labels'")
+        kbs = {f"{LINKER}_{lab.lower()}": (str(path), [lab]) for lab, path in kb.items()}
+    else:
+        kbs = {}
+    if kb is None:
+        from .defaults import default_kb_path
+
+        kb = default_kb_path(encoder)
+    span_label = label or (labels[0] if labels else "CONCEPT")
+    if detector.startswith("ner"):
+        nlp = spacy.load(ner_model or SHIPPED_NER, exclude=["sapbert_linker"])
+    else:
+        nlp = spacy.blank("en")
+    if detector == "ruler":
+        add_ruler(nlp, kb, span_label)
+    if detector.endswith("span_finder"):
+        config: Dict[str, object] = {"linker": LINKER, "label": span_label}
+        config.update(span_finder_config or {})
+        nlp.add_pipe("sapbert_span_finder", config=config)
+    if abbreviations:
+        nlp.add_pipe("sapbert_abbreviations")
+    if negation:
+        from .negation import add_negation
+
+        add_negation(nlp, ent_types=list(labels) or None)
+    for name, (kb_path, linked_labels) in (kbs or {LINKER: (str(kb), list(labels))}).items():
+        config = {"kb": kb_path, "encoder": None if encoder is None else str(encoder), "labels": linked_labels}
+        config.update(linker_config or {})
+        nlp.add_pipe("sapbert_linker", name=name, config=config)
+    return nlp

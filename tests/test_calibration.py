@@ -1,0 +1,152 @@
+"""The NIL threshold: scores are cosines in [-1, 1], exact names score exactly 1.0, a threshold is
+chosen on dev mentions, stored in the KB's meta and used by the linker by default."""
+from __future__ import annotations
+
+import pytest
+import spacy
+
+from spacy_sapbert.calibration import (
+    Outcome,
+    calibrate,
+    calibrate_kb_folder,
+    choose_threshold,
+    evaluate_threshold,
+    mention_outcomes,
+    store_calibration,
+)
+from spacy_sapbert.evaluation.datasets import Document, Mention
+from spacy_sapbert.records import ConceptRecord as R
+from spacy_sapbert.search import LinkingKB
+
+RECORDS = [
+    R("HP:1", "Seizure", ["Epileptic seizure", "Convulsion"]),
+    R("HP:2", "Headache", ["Cephalgia", "Head pain"]),
+    R("HP:3", "Fever", ["Pyrexia"]),
+    R("HP:4", "Multiple sclerosis", ["MS"]),
+    R("HP:5", "Mitral stenosis", ["MS"]),
+    R("HP:6", "Asthma", ["Bronchial asthma"]),
+    R("HP:7", "Renal failure", ["Kidney failure"]),
+]
+
+
+@pytest.fixture(scope="module")
+def kb_path(tiny_encoder, tmp_path_factory):
+    path = tmp_path_factory.mktemp("kb") / "kb"
+    LinkingKB.build(RECORDS, tiny_encoder).to_disk(path)
+    return path
+
+
+def test_exact_names_score_exactly_one_and_nothing_more(kb_path, tiny_encoder):
+    lkb = LinkingKB.from_disk(kb_path)
+    names = list(lkb.kb.display_names)
+    for name, cands in zip(names, lkb.link(tiny_encoder, names, top_k=7)):
+        assert cands[0].score == 1.0 and lkb.kb.normalize(cands[0].name) == lkb.kb.normalize(name)
+        assert all(c.score < 1.0 for c in cands[1:] if lkb.kb.normalize(c.name) != lkb.kb.normalize(name))
+    others = ["heart attack", "iron deficiency anemia", "breast cancer", "pain"]
+    scores = [c.score for cands in lkb.link(tiny_encoder, others, top_k=7) for c in cands]
+    assert scores and max(scores) < 1.0 and min(scores) >= -1.0
+
+
+def test_scores_are_clipped_without_query_strings(kb_path, tiny_encoder):
+    lkb = LinkingKB.from_disk(kb_path)
+    vectors = tiny_encoder.encode(list(lkb.kb.names)) * 1.001  # a vector a hair longer than unit length
+    scores = [c.score for cands in lkb.candidates(vectors, top_k=7) for c in cands]
+    assert max(scores) == 1.0 and min(scores) >= -1.0
+
+
+def _outcomes(right, wrong, nil):
+    return [Outcome(s, True, True, True) for s in right] + [Outcome(s, True, False, True) for s in wrong] + [
+        Outcome(s, True, False, False) for s in nil
+    ]
+
+
+def test_threshold_separates_right_answers_from_nil_cases():
+    outcomes = _outcomes(right=[0.9, 0.95, 1.0, 1.0], wrong=[0.7], nil=[0.6, 0.75, 0.8])
+    t = choose_threshold(outcomes)
+    assert t == 0.85  # halfway between the highest NIL score and the lowest right one
+    at = evaluate_threshold(outcomes, t)
+    assert at["accuracy"] == 1.0 - 1 / 8 and at["precision"] == 1.0 and at["abstention"] == 0.2 and at["nil_abstention"] == 1.0
+    zero = evaluate_threshold(outcomes, 0.0)
+    assert zero["accuracy"] == 4 / 8 and zero["abstention"] == 0.0 and zero["nil_abstention"] == 0.0
+
+
+def test_no_nil_cases_means_answer_everything_and_nil_weight_matters():
+    assert choose_threshold(_outcomes(right=[0.5, 0.9], wrong=[0.6], nil=[])) == -1.0
+    outcomes = _outcomes(right=[0.8, 0.9], wrong=[], nil=[0.85])
+    assert choose_threshold(outcomes, nil_weight=1.0) == -1.0  # abstaining on 0.85 costs the 0.8 right answer: a tie, lowest wins
+    assert choose_threshold(outcomes, nil_weight=3.0) == 0.875
+
+
+def test_mention_outcomes_leave_the_gold_concept_out_and_never_answer_ambiguous_names():
+    cands = [("HP:1", "seizure", 0.97, False), ("HP:2", "headache", 0.81, False), ("HP:3", "fever", 0.5, False)]
+    in_kb, nil = mention_outcomes(cands, {"HP:1"}, in_kb=True)
+    assert in_kb == Outcome(0.97, True, True, True) and nil == Outcome(0.81, True, False, False)
+    ambiguous = [("HP:4", "ms", 1.0, True), ("HP:5", "ms", 1.0, True)]
+    assert mention_outcomes(ambiguous, {"HP:4"}, in_kb=True)[0] == Outcome(1.0, False, False, True)
+    assert mention_outcomes(ambiguous, {"HP:4"}, in_kb=True, ambiguous="first")[0].correct
+    assert mention_outcomes(cands, {"HP:99"}, in_kb=False) == [Outcome(0.97, True, False, False)]
+    assert mention_outcomes(cands, {"OMIM:1"}, in_kb=True, aliases={"HP:1": ["OMIM:1"]})[0].correct
+
+
+def test_calibrate_refuses_dev_data_without_in_kb_mentions():
+    with pytest.raises(ValueError, match="no dev mention"):
+        calibrate(_outcomes(right=[], wrong=[], nil=[0.5]), "dev.txt")
+
+
+def test_stored_threshold_is_read_back_from_the_kb_folder(kb_path, tmp_path):
+    assert LinkingKB.from_disk(kb_path).calibrated_threshold is None
+    store_calibration(kb_path, calibrate(_outcomes(right=[0.9], wrong=[], nil=[0.7]), "dev.txt"))
+    try:
+        lkb = LinkingKB.from_disk(kb_path)
+        assert lkb.calibrated_threshold == 0.8 and lkb.meta["calibration"]["dev"] == "dev.txt"
+        lkb.to_disk(tmp_path / "copy")  # a saved copy keeps it
+        assert LinkingKB.from_disk(tmp_path / "copy").calibrated_threshold == 0.8
+    finally:
+        store_calibration(kb_path, {"threshold": None})
+    with pytest.raises(FileNotFoundError, match="not a spacy-sapbert KB folder"):
+        store_calibration(tmp_path, {"threshold": 0.5})
+
+
+def _linker(kb_path, tiny_bert_path, **config):
+    nlp = spacy.blank("en")
+    ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"})
+    ruler.add_patterns([{"label": "PHEN", "pattern": p} for p in ("seizure", "convulsions", "renal failure", "kidney disease")])
+    nlp.add_pipe("sapbert_linker", config={"kb": str(kb_path), "encoder": str(tiny_bert_path), "precision": "fp32", **config})
+    return nlp
+
+
+def test_threshold_one_keeps_exact_names_only(kb_path, tiny_bert_path):
+    doc = _linker(kb_path, tiny_bert_path, threshold=1.0)("seizure, convulsions, renal failure, kidney disease")
+    linked = {e.text: e._.cui for e in doc.ents}
+    assert linked == {"seizure": "HP:1", "convulsions": None, "renal failure": "HP:7", "kidney disease": None}
+    assert all(c[2] <= 1.0 for e in doc.ents for c in e._.cui_candidates)
+
+
+def test_linker_uses_the_kb_calibrated_threshold_unless_configured(kb_path, tiny_bert_path):
+    """Needs /work/notes/linker_threshold.patch (config ``threshold`` default None)."""
+    store_calibration(kb_path, {"threshold": 1.0, "dev": "test"})
+    try:
+        doc = _linker(kb_path, tiny_bert_path)("seizure, convulsions")
+        assert [e._.cui for e in doc.ents] == ["HP:1", None]
+        doc = _linker(kb_path, tiny_bert_path, threshold=0.0)("seizure, convulsions")
+        assert doc.ents[1]._.cui is not None
+    finally:
+        store_calibration(kb_path, {"threshold": None})
+    assert _linker(kb_path, tiny_bert_path)("convulsions").ents[0]._.cui is not None  # no calibration: 0.0
+
+
+def test_calibrate_kb_folder_on_dev_documents(kb_path, tiny_bert_path, tmp_path):
+    text = "Seizure and pyrexia; also gout."
+    doc = Document("d1", text, [
+        Mention("d1", 0, 7, "Seizure", "Phenotype", ("HP:1",)),
+        Mention("d1", 12, 19, "pyrexia", "Phenotype", ("HP:3",)),
+        Mention("d1", 26, 30, "gout", "Phenotype", ("HP:99",)),  # not in the KB: a real NIL mention
+    ])
+    record = calibrate_kb_folder(kb_path, [doc], "tiny dev", encoder=tiny_bert_path)
+    try:
+        assert record["cases"] == {"in_kb": 2, "nil": 3}
+        assert record["at_threshold"]["accuracy"] >= record["at_zero"]["accuracy"]
+        assert -1.0 <= record["threshold"] <= 1.0 and record["curve"][-1]["threshold"] == 1.0
+        assert LinkingKB.from_disk(kb_path).calibrated_threshold == record["threshold"]
+    finally:
+        store_calibration(kb_path, {"threshold": None})

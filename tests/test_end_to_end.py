@@ -1,0 +1,206 @@
+"""End-to-end evaluation: the metrics on hand-made spans, and a miniature NCBI-disease run
+through the real pipeline (entity ruler + abbreviations + sapbert_linker, tiny encoder)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+
+from spacy_sapbert.evaluation.end_to_end import (
+    GoldSpan,
+    PredictedSpan,
+    command_line,
+    evaluate_end_to_end,
+    gold_spans,
+    load_documents,
+    score_document,
+    summarize_counts,
+)
+
+MEDIC = """D001943||Breast Neoplasms|Breast Cancer
+D010051||Ovarian Neoplasms|Ovarian Cancer
+D009103||Multiple Sclerosis|MS
+D008946||Mitral Valve Stenosis|MS
+114500|D015179||Colorectal Neoplasms|Colorectal Cancer
+"""
+
+
+def pubtator_doc(pmid: str, title: str, abstract: str, mentions: List[Tuple[str, str]]) -> str:
+    """A PubTator block; each (mention, ids) is located at its first occurrence after the previous one."""
+    text = f"{title} {abstract}"
+    lines, at = [f"{pmid}|t|{title}", f"{pmid}|a|{abstract}"], 0
+    for mention, ids in mentions:
+        start = text.index(mention, at)
+        at = start + len(mention)
+        lines.append(f"{pmid}\t{start}\t{at}\t{mention}\tSpecificDisease\t{ids}")
+    return "\n".join(lines) + "\n\n"
+
+
+# ---------------------------------------------------------------------------- metrics
+def test_exact_overlap_link_and_document_scores():
+    gold = [GoldSpan(0, 10, ("A",)), GoldSpan(20, 30, ("B",)), GoldSpan(40, 45, ())]
+    pred = [
+        PredictedSpan(0, 10, ("A",)),  # right span, right concept
+        PredictedSpan(22, 30, ("C",)),  # overlaps a gold span only
+        PredictedSpan(50, 55, ("D",)),  # nothing there
+        PredictedSpan(40, 45, ("E",)),  # on an unlinkable gold span: no linking decision
+    ]
+    rates = summarize_counts(score_document(gold, pred))
+    assert (rates["mention_p"], rates["mention_r"]) == (0.5, round(2 / 3, 4))
+    assert (rates["overlap_p"], rates["overlap_r"]) == (0.75, 1.0)
+    assert (rates["link_p"], rates["link_r"]) == (round(1 / 3, 4), 0.5)
+    assert (rates["doc_p"], rates["doc_r"]) == (0.25, 0.5)  # found {A, C, D, E}, annotated {A, B}
+    assert rates["link_f1"] == 0.4
+
+
+def test_alternative_ids_composites_and_unlinked_spans():
+    aliases = {"OMIM:114500": ["MESH:D015179"]}
+    gold = [GoldSpan(0, 5, ("MESH:D015179",)), GoldSpan(10, 20, ("A", "B")), GoldSpan(30, 35, ("C",))]
+    pred = [PredictedSpan(0, 5, ("OMIM:114500",)), PredictedSpan(10, 20, ("A", "X")), PredictedSpan(30, 35, ())]
+    c = score_document(gold, pred, aliases)
+    assert (c.link_predicted, c.link_right, c.link_gold) == (2, 1, 3)  # the unlinked span is no prediction
+    assert (c.doc_predicted, c.doc_predicted_right, c.doc_gold, c.doc_gold_found) == (3, 2, 4, 2)
+    assert score_document(gold, [PredictedSpan(10, 20, ("B", "A"))]).link_right == 1  # every part gold
+    assert score_document(gold, pred).link_right == 0  # without the alias table the OMIM id is wrong
+
+
+def test_no_predictions_scores_zero_not_an_error():
+    rates = summarize_counts(score_document([GoldSpan(0, 3, ("A",))], []))
+    assert rates["mention_p"] == rates["mention_f1"] == rates["link_f1"] == 0.0
+
+
+def test_command_line_reproduces_the_options():
+    cmd = command_line("ncbi-disease", "ner", "paper", encoder=None, ner_model="models/ner", no_abbreviations="")
+    assert cmd == (
+        "python -m spacy_sapbert evaluate --end-to-end --dataset ncbi-disease --detector ner --dictionary paper "
+        "--ner-model models/ner --no-abbreviations"
+    )
+
+
+# ---------------------------------------------------------------------------- a miniature run
+@pytest.fixture(scope="module")
+def mini_ncbi(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("benchmarks")
+    (root / "medic").mkdir()
+    (root / "medic" / "medic_06Jul2012.txt").write_text(MEDIC, encoding="utf8")
+    (root / "medic" / "ncbi-spell-check.txt").write_text("tumour||cancer\n", encoding="utf8")
+    corpus = root / "ncbi-disease"
+    corpus.mkdir()
+    test = pubtator_doc(
+        "1",
+        "Breast cancer and multiple sclerosis.",
+        "Patients with colorectal cancer (CRC) were seen. CRC is common. xyzzy disease too.",
+        [
+            ("Breast cancer", "D001943"),
+            ("multiple sclerosis", "D009103"),
+            ("colorectal cancer", "D015179"),  # the alternative id of OMIM:114500
+            ("CRC", "D015179"),  # found and linked through the abbreviation component
+            ("CRC", "D015179"),
+            ("xyzzy disease", "D001943"),  # in no KB name: only the paper lexicon has it
+        ],
+    )
+    test += pubtator_doc(
+        "2",
+        "Ovarian cancer in MS patients.",
+        "No breast cancer here; xyzzy syndrome.",
+        [("Ovarian cancer", "D010051"), ("MS", "D009103"), ("xyzzy syndrome", "-1")],
+    )
+    train = pubtator_doc("3", "xyzzy disease.", "Nothing else.", [("xyzzy disease", "D001943")])
+    dev = pubtator_doc("4", "Ovarian cancer.", "Nothing else.", [("Ovarian cancer", "D010051")])
+    for name, content in (("test", test), ("train", train), ("develop", dev)):
+        (corpus / f"NCBI{name}set_corpus.txt").write_text(content, encoding="utf8")
+    return root
+
+
+def test_gold_spans_of_the_fixture(mini_ncbi):
+    docs = load_documents("ncbi-disease", "test", mini_ncbi)
+    assert [len(d.mentions) for d in docs] == [6, 3]
+    spans = gold_spans(docs[1])
+    assert [s.ids for s in spans] == [("MESH:D010051",), ("MESH:D009103",), ()]
+
+
+@pytest.mark.parametrize(
+    "dictionary, expected",
+    [
+        # the ruler drops two-letter names ("MS"); "breast cancer" in doc 2 is not annotated
+        ("ontology", {"mention_p": 6 / 7, "mention_r": 6 / 9, "link_p": 6 / 7, "link_r": 6 / 8, "doc_p": 4 / 5, "doc_r": 4 / 5}),
+        # the lexicon adds "xyzzy disease" from the training mentions
+        ("paper", {"mention_p": 7 / 8, "mention_r": 7 / 9, "link_p": 7 / 8, "link_r": 7 / 8, "doc_p": 4 / 5, "doc_r": 4 / 5}),
+    ],
+)
+def test_ruler_pipeline_end_to_end(mini_ncbi, tmp_path, tiny_bert_path, dictionary, expected):
+    result = evaluate_end_to_end(
+        "ncbi-disease", "ruler", dictionary, tiny_bert_path, data_dir=mini_ncbi, cache_dir=tmp_path, build_in_child=False,
+        progress=False,
+    )
+    for key, value in expected.items():
+        assert result[key] == round(value, 4), key
+    assert result["counts"]["gold_unlinkable"] == 1 and result["counts"]["documents"] == 2
+    assert result["pipeline"] == ["entity_ruler", "sapbert_abbreviations", "sapbert_linker"]
+    for key in ("detector", "dictionary", "mention_f1", "link_f1", "doc_f1", "overlap_f1", "abstracts_per_s", "peak_rss_mb",
+                "machine_cpu", "command"):
+        assert result[key] is not None, key
+    assert result["abstracts_per_s"] > 0
+    json.dumps(result)  # all of it serialisable
+
+
+def test_without_abbreviations_the_short_forms_are_missed(mini_ncbi, tmp_path, tiny_bert_path):
+    result = evaluate_end_to_end(
+        "ncbi-disease", "ruler", "ontology", tiny_bert_path, abbreviations=False, data_dir=mini_ncbi, cache_dir=tmp_path,
+        build_in_child=False, progress=False,
+    )
+    assert result["mention_r"] == round(4 / 9, 4) and result["link_r"] == round(4 / 8, 4)
+    assert "sapbert_abbreviations" not in result["pipeline"]
+
+
+def test_bad_arguments_are_clear_errors(mini_ncbi):
+    with pytest.raises(ValueError, match="detector must be one of"):
+        evaluate_end_to_end("ncbi-disease", "gold", data_dir=mini_ncbi)
+    with pytest.raises(ValueError, match="dictionary must be one of"):
+        evaluate_end_to_end("ncbi-disease", "ruler", "umls", data_dir=mini_ncbi)
+    with pytest.raises(ValueError, match="unknown benchmark"):
+        evaluate_end_to_end("ncbi", "ruler", data_dir=mini_ncbi)
+
+
+def test_cli_routes_end_to_end(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    import spacy_sapbert.evaluation.end_to_end as e2e
+    from spacy_sapbert.cli import app
+
+    seen = {}
+
+    def fake(dataset, detector, dictionary, encoder, **options):
+        seen.update(dataset=dataset, detector=detector, dictionary=dictionary, **options)
+        return {"detector": detector}
+
+    monkeypatch.setattr(e2e, "evaluate_end_to_end", fake)
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(app, ["evaluate", "--end-to-end", "--dataset", "bc5cdr-chemical", "--detector", "ner",
+                                   "--dictionary", "ontology", "--output", str(out), "--no-abbreviations"])
+    assert res.exit_code == 0, res.output
+    assert seen["detector"] == "ner" and seen["dataset"] == "bc5cdr-chemical" and seen["abbreviations"] is False
+    assert json.loads(out.read_text(encoding="utf8")) == {"detector": "ner"}
+
+
+def test_end_to_end_table_cites_taggerone_and_fills_only_its_block(tmp_path):
+    from spacy_sapbert.evaluation.report import render_end_to_end_table, update_readme
+
+    row = {"dataset": "ncbi-disease", "detector": "ruler", "dictionary": "ontology", "mention_p": 0.9, "mention_r": 0.5,
+           "mention_f1": 0.6429, "overlap_f1": 0.7, "link_p": 0.8, "link_r": 0.4, "link_f1": 0.5333, "doc_f1": 0.6,
+           "abstracts_per_s": 40.0, "peak_rss_mb": 900.0, "threads": 1}
+    skipped = {"dataset": "bc5cdr-chemical", "detector": "ner", "dictionary": "paper", "skipped": "OSError: no model"}
+    table = render_end_to_end_table([row, skipped], {"cpu": "cpu", "nproc": 2})
+    lines = table.splitlines()
+    assert "| ncbi-disease | ruler | ontology | 0.900 | 0.500 | 0.643 | 0.700 | 0.800 | 0.400 | 0.533 | 0.600 | 40.0 | 900.0 |" in lines
+    assert any("*TaggerOne (cited)*" in line and "0.829" in line and "0.807" in line for line in lines)
+    assert any("*TaggerOne (cited)*" in line and "0.914" in line and "0.895" in line for line in lines)
+    assert len({line.count("|") for line in lines if line.startswith("| ")}) == 1  # every row has every column
+    readme = tmp_path / "README.md"
+    readme.write_text("a\n<!-- END-TO-END:START -->\nOLD-TEXT\n<!-- END-TO-END:END -->\nb\n", encoding="utf8")
+    update_readme(readme, table, block="END-TO-END")
+    text = readme.read_text(encoding="utf8")
+    assert text.startswith("a\n<!-- END-TO-END:START -->\nGenerated by") and text.endswith("<!-- END-TO-END:END -->\nb\n")
+    assert "OLD-TEXT" not in text

@@ -1,0 +1,126 @@
+"""The sapbert_span_finder component and the pipeline builder: proposals, scoring, overlaps, saving."""
+from __future__ import annotations
+
+import pytest
+import spacy
+
+from spacy_sapbert.pipelines import build_pipeline
+from spacy_sapbert.records import ConceptRecord as R
+from spacy_sapbert.search import LinkingKB
+from spacy_sapbert.span_finder import NameIndex, content_keys, propose, word_key
+
+RECORDS = [
+    R("D:1", "Breast cancer", ["Carcinoma of the breast"]),
+    R("D:2", "Brachydactyly type C", []),
+    R("D:3", "Tumor", ["Neoplasm"]),
+    R("D:4", "Anemia", []),
+    R("D:5", "Abnormality of the left ventricle", []),
+    R("D:6", "Cancer", []),
+    R("D:7", "Ovarian cancer", []),
+]
+FP32 = {"precision": "fp32"}  # the tiny BERT's vectors are too alike for bf16 rounding
+
+
+@pytest.fixture(scope="module")
+def kb_path(tiny_encoder, tmp_path_factory):
+    path = tmp_path_factory.mktemp("sf_kb") / "kb"
+    LinkingKB.build(RECORDS, tiny_encoder).to_disk(path)
+    return path
+
+
+def finder_nlp(kb_path, encoder_path, **span_finder):
+    return build_pipeline(
+        kb_path, "span_finder", encoder=encoder_path, label="DISEASE", linker_config=FP32,
+        span_finder_config={"threshold": 0.0, "partial_threshold": 0.0, **span_finder},
+    )
+
+
+def test_word_keys_join_plurals_and_british_spellings():
+    assert word_key("tumours") == word_key("tumors") == word_key("Tumor") == "tumor"
+    assert word_key("anaemia") == word_key("anemia")
+    assert word_key("vertebrae") == word_key("vertebra")
+    assert word_key("metastases") == word_key("metastasis")
+    assert word_key("stenosis") == "stenosis" and word_key("ss") == "ss"
+    assert content_keys("type C brachydactyly".split()) == content_keys("Brachydactyly type C".split())
+
+
+def test_name_index_matches_exact_reordered_and_partial_names():
+    index = NameIndex(["Brachydactyly type C", "Abnormality of the left ventricle", "Tumor"])
+    assert index.match(content_keys(["tumors"])) == "exact"
+    assert index.match(content_keys("type C brachydactyly".split())) == "exact"
+    assert index.match(content_keys("left ventricle abnormality".split())) == "exact"
+    assert index.match(content_keys("abnormal left ventricle".split())) is None
+    assert index.match(content_keys("left ventricle".split())) == "partial"  # one of three words missing
+    assert index.match(content_keys("brachydactyly".split())) is None  # one word of two is not enough
+    assert "ventricle" in index.vocab and "the" in index.vocab
+
+
+def test_proposals_never_start_or_end_on_function_words_or_cross_sentences():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    index = NameIndex([r.name for r in RECORDS])
+    doc = nlp("The tumors of the breast. Cancer and ovarian cancer were seen.")
+    found = {doc[p.start : p.end].text for p in propose(doc, index)}
+    assert {"tumors", "Cancer", "ovarian cancer", "cancer"} <= found
+    assert not any(t.split()[0].lower() in ("the", "and", "of") or t.split()[-1].lower() in ("the", "and", "of") for t in found)
+    assert not any("breast. Cancer" in t for t in found)
+
+
+def test_finds_variants_the_ruler_misses_and_links_them(kb_path, tiny_bert_path):
+    text = "Two tumours and type C brachydactyly; later breast cancers appeared."
+    ruler = build_pipeline(kb_path, "ruler", encoder=tiny_bert_path, label="DISEASE", linker_config=FP32)
+    assert [e.text for e in ruler(text).ents] == []
+    doc = finder_nlp(kb_path, tiny_bert_path)(text)
+    found = {e.text: e for e in doc.ents}
+    assert set(found) == {"tumours", "type C brachydactyly", "breast cancers"}
+    assert all(e.label_ == "DISEASE" for e in doc.ents)
+    assert all(e.kb_id_ and e._.cui_candidates for e in doc.ents)
+
+
+def test_threshold_lets_the_encoder_reject_proposals(kb_path, tiny_bert_path):
+    nlp = finder_nlp(kb_path, tiny_bert_path, threshold=1.5, partial_threshold=1.5)
+    assert list(nlp("Two tumours and breast cancer.").ents) == []
+    nlp = finder_nlp(kb_path, tiny_bert_path, threshold=0.0, partial_threshold=1.5)
+    assert [e.text for e in nlp("Abnormal left ventricle, breast cancer.").ents] == ["breast cancer"]
+
+
+def test_overlaps_resolved_longest_first_or_all_kept_in_a_span_group(kb_path, tiny_bert_path):
+    text = "She had ovarian cancer."
+    longest = finder_nlp(kb_path, tiny_bert_path)(text)
+    assert [e.text for e in longest.ents] == ["ovarian cancer"]
+    nested = finder_nlp(kb_path, tiny_bert_path, resolve="all", spans_key="mentions")(text)
+    assert sorted(s.text for s in nested.spans["mentions"]) == ["cancer", "ovarian cancer"]
+    assert [e.text for e in nested.ents] == ["ovarian cancer"]
+    with pytest.raises(ValueError, match="spans_key"):
+        finder_nlp(kb_path, tiny_bert_path, resolve="all")
+
+
+def test_keeps_entities_an_earlier_detector_set(kb_path, tiny_bert_path):
+    nlp = finder_nlp(kb_path, tiny_bert_path)
+    ruler = nlp.add_pipe("entity_ruler", first=True)
+    ruler.add_patterns([{"label": "NER", "pattern": "ovarian cancer"}])
+    doc = nlp("ovarian cancer and anemia")
+    assert [(e.text, e.label_) for e in doc.ents] == [("ovarian cancer", "NER"), ("anemia", "DISEASE")]
+
+
+def test_needs_a_linker_and_says_so(kb_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_span_finder")
+    with pytest.raises(ValueError, match="sapbert_linker"):
+        nlp("breast cancer")
+
+
+def test_saved_pipeline_finds_the_same_spans(kb_path, tiny_bert_path, tmp_path):
+    nlp = finder_nlp(kb_path, tiny_bert_path, threshold=0.1)
+    texts = ["Two tumours and type C brachydactyly.", "", "Anaemia, then breast cancer."]
+    before = [[(e.text, e.kb_id_) for e in d.ents] for d in nlp.pipe(texts)]
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert loaded.get_pipe("sapbert_span_finder").threshold == 0.1
+    assert [[(e.text, e.kb_id_) for e in d.ents] for d in loaded.pipe(texts)] == before
+    assert any(before)
+
+
+def test_builder_rejects_unknown_detectors(kb_path):
+    with pytest.raises(ValueError, match="detector"):
+        build_pipeline(kb_path, "magic")
