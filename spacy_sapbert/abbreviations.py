@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-import srsly
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 
-from .fileio import read_json, write_json
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
 _PARENTHESIS = re.compile(r"\(([^()]+)\)")
@@ -341,22 +338,3 @@ class AbbreviationComponent:
     def pipe(self, stream: Iterable[Doc], batch_size: int = 128) -> Iterator[Doc]:
         for doc in stream:
             yield self(doc)
-
-    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
-        return srsly.json_dumps(self.cfg).encode("utf8")
-
-    def from_bytes(self, data: bytes, *, exclude: Iterable[str] = tuple()) -> "AbbreviationComponent":
-        self.cfg.update(srsly.json_loads(data))
-        register_doc_attribute(self.attr)
-        return self
-
-    def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
-        write_json(Path(path) / "cfg.json", self.cfg)
-
-    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "AbbreviationComponent":
-        cfg_path = Path(path) / "cfg.json"
-        if cfg_path.exists():
-            self.cfg.update(read_json(cfg_path))
-            register_doc_attribute(self.attr)
-        return self
-

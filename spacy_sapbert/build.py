@@ -55,6 +55,7 @@ def build_kb_folder(
     chunk_size: int = 50_000,
     *,
     on_duplicate: str = "error",
+    strip_punctuation: bool = False,
     wait: bool = False,
     source_name: Optional[str] = None,
 ) -> LinkingKB:
@@ -88,7 +89,9 @@ def build_kb_folder(
         if wait and (output / META_FILE).is_file():
             return LinkingKB.from_disk(output)  # built by the process we waited for
         t0 = time.perf_counter()
-        kb = source if isinstance(source, ConceptKB) else ConceptKB.from_records(source, on_duplicate=on_duplicate)
+        kb = source if isinstance(source, ConceptKB) else ConceptKB.from_records(
+            source, on_duplicate=on_duplicate, strip_punctuation=strip_punctuation
+        )
         if len(kb) == 0 or kb.n_names == 0:
             raise InputError(
                 source_name or "the source",

@@ -85,13 +85,16 @@ def _guess_format(path: Path) -> str:
 def build_kb(
     source: Path = typer.Argument(..., help="Ontology file (or UMLS META folder)", exists=True),
     output: Path = typer.Argument(..., help="KB folder to write (replaced atomically)"),
-    fmt: str = typer.Option("auto", "--format", help="auto, obo, umls, mesh-xml, mesh-tsv, medic, medic-tsv, tsv, jsonl, indra-json"),
+    fmt: str = typer.Option("auto", "--format", help="auto, obo, umls, mesh-xml, mesh-tsv, mesh-chemical (a folder of MeSH tables), medic, medic-tsv, tsv, jsonl, indra-json"),
     encoder: Optional[str] = typer.Option(None, help="Local transformers folder (default: offline MiniLM)"),
     index: str = typer.Option("auto", help="auto, flat, flat-fp16, sq8, hnsw, ivf-sq8, ivf-fp16, ivf-pq"),
     batch_size: int = typer.Option(256, help="Names per encoder batch"),
     on_duplicate: str = typer.Option("error", help="A repeated concept id: 'error' or 'merge'"),
     lenient: bool = typer.Option(False, help="Skip malformed rows (counted and reported) instead of failing"),
     precision: str = typer.Option("auto", help="auto (bf16 where the CPU/GPU has it natively, else fp32), fp32, bf16 or int8 (encoding only)"),
+    strip_punctuation: bool = typer.Option(
+        False, help="Names and queries lose their punctuation (\"non-Hodgkin's\" = \"non hodgkin s\"), as SapBERT's evaluation does"
+    ),
 ) -> None:
     """Read an ontology, encode every name and write KB + index (resumable after a crash)."""
     from .build import build_kb_folder
@@ -106,7 +109,8 @@ def build_kb(
     t0 = time.perf_counter()
     build_kb_folder(  # locked, resumable, atomic; refuses a source with no names
         reader(source, **options), lambda: SapEncoder.load(encoder, precision=precision), output, index_kind=index,
-        batch_size=batch_size, on_duplicate=on_duplicate, source_name=f"{source} ({fmt})",
+        batch_size=batch_size, on_duplicate=on_duplicate, strip_punctuation=strip_punctuation,
+        source_name=f"{source} ({fmt})",
     )
     typer.echo(f"wrote {output} in {time.perf_counter() - t0:.1f}s", err=True)
 
@@ -215,11 +219,11 @@ def link(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write JSON lines here (atomically) instead of stdout"),
     batch_size: int = typer.Option(64, help="Docs per nlp.pipe batch"),
 ) -> None:
-    """Link TEXT and print one JSON object per linked span; or link each document of --input and
-    print one JSON object per document: {"line", "id" (if the input has ids), "spans": [...]},
-    where a document without mentions has "spans": []. An empty --input is an error.
+    """Link TEXT (a JSON line per linked span) or each document of --input (a JSON line per document).
 
-    With no --pipeline or --kb, uses the embedded default: HPO + MiniLM.
+    An --input record is {"line", "id" (tsv/jsonl inputs with ids), "spans": [...]}, each span as
+    for TEXT; a document without mentions has "spans": []; an empty --input is an error. With no
+    --pipeline or --kb, uses the embedded default: HPO + MiniLM.
     """
     if (text is None) == (input is None):
         raise typer.BadParameter("give either TEXT or --input FILE")
@@ -294,6 +298,34 @@ def demo(
         f"wrote {output_dir / 'demo.html'}",
         err=True,
     )
+
+
+@app.command("build-pipeline")
+def build_pipeline_command(
+    output: Path = typer.Argument(..., help="Folder to save the pipeline in (load it with spacy.load)"),
+    kb: List[str] = typer.Option(..., "--kb", help="A KB folder, or LABEL=FOLDER once per entity label (one linker each)"),
+    detector: str = typer.Option("ner", help="ner, span_finder, ner+span_finder or ruler"),
+    encoder: Optional[str] = typer.Option(None, help="Encoder folder (default: the one each KB was built with)"),
+    label: Optional[str] = typer.Option(None, help="Label of the spans the ruler or span finder finds"),
+    negation: bool = typer.Option(True, help="Flag negated mentions (span._.negex)"),
+    abbreviations: bool = typer.Option(True, help="Link short forms through the long forms defined in the text"),
+    name: str = typer.Option("sapbert", help="Pipeline name in meta.json (spacy package uses it)"),
+    version: str = typer.Option("0.0.1", help="Pipeline version in meta.json"),
+) -> None:
+    """Assemble a detector, abbreviations, negation and linker(s) and save them with nlp.to_disk."""
+    from .pipelines import build_pipeline
+
+    kbs: Any
+    if len(kb) == 1 and "=" not in kb[0]:
+        kbs = kb[0]
+    elif all("=" in k for k in kb):
+        kbs = dict(k.split("=", 1) for k in kb)
+    else:
+        raise typer.BadParameter("give one KB folder, or LABEL=FOLDER for every KB")
+    nlp = build_pipeline(kbs, detector, encoder=encoder, label=label, negation=negation, abbreviations=abbreviations)
+    nlp.meta.update({"name": name, "version": version})
+    nlp.to_disk(output)
+    typer.echo(f"wrote {output}: {' -> '.join(nlp.pipe_names)}", err=True)
 
 
 @app.command("evaluate")

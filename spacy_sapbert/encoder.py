@@ -164,11 +164,15 @@ class SapEncoder:
         max_length: Optional[int] = None,
         device: str = "auto",
         precision: str = "auto",
+        plain_bert: Optional[bool] = None,
     ) -> "SapEncoder":
         """Load a local transformers folder; settings saved beside the weights win over defaults,
-        explicit arguments win over both."""
-        from transformers import AutoModel, AutoTokenizer
+        explicit arguments win over both.
 
+        ``plain_bert`` None: a BERT folder that ``bert.load_bert`` reproduces exactly is loaded
+        without transformers' model code (seconds faster to import); anything else by transformers.
+        True: insist on the former; False (training): transformers always.
+        """
         folder = resolve_encoder_path(path)
         settings = EncoderSettings()
         if (folder / SETTINGS_FILE).is_file():
@@ -179,8 +183,21 @@ class SapEncoder:
             settings.pooling = pooling
         if max_length is not None:
             settings.max_length = max_length
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        model = AutoModel.from_pretrained(str(folder), local_files_only=True)
+        loaded = None
+        if plain_bert is not False:
+            from .bert import load_bert
+
+            loaded = load_bert(folder)
+            if loaded is None and plain_bert:
+                raise ValueError(f"{folder}: not a BERT folder that spacy_sapbert.bert loads (pass plain_bert=None)")
+        if loaded is None:
+            from transformers import AutoModel, AutoTokenizer
+
+            loaded = (
+                AutoModel.from_pretrained(str(folder), local_files_only=True),
+                AutoTokenizer.from_pretrained(str(folder), local_files_only=True),
+            )
+        model, tokenizer = loaded
         model.eval()
         return cls(model, tokenizer, settings, device=device, precision=precision, source=str(folder))
 

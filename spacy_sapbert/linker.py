@@ -159,7 +159,7 @@ def make_kb_id_scorer() -> Callable[..., Dict[str, Any]]:
         "kb": None,
         "encoder": None,
         "top_k": 5,
-        "threshold": 0.0,
+        "threshold": None,
         "ambiguous": "none",
         "labels": [],
         "spans_key": None,
@@ -182,7 +182,7 @@ def make_sapbert_linker(
     kb: Optional[str],
     encoder: Optional[str],
     top_k: int,
-    threshold: float,
+    threshold: Optional[float],
     ambiguous: str,
     labels: List[str],
     spans_key: Optional[str],
@@ -199,7 +199,9 @@ def make_sapbert_linker(
 ) -> "SapBertLinker":
     """``kb``: a folder built by ``build-kb`` (None: the embedded HPO default).
     ``encoder``: a local transformers folder (None: the encoder the KB was built with if that
-    folder exists here, else the offline MiniLM). ``ambiguous``: what ``_.cui``/``kb_id_`` get
+    folder exists here, else the offline MiniLM). ``threshold``: the lowest top score that sets
+    ``_.cui`` (None: the threshold calibrated on dev mentions stored in the KB, else 0.0; 1.0: exact
+    names only). ``ambiguous``: what ``_.cui``/``kb_id_`` get
     when the best name belongs to several concepts: ``"none"`` (nothing: the linker does not
     guess; the candidates list them all) or ``"first"`` (the first of them)."""
     return SapBertLinker(
@@ -242,7 +244,7 @@ class SapBertLinker(Pipe):
         kb_path: Optional[str] = None,
         encoder_path: Optional[str] = None,
         top_k: int = 5,
-        threshold: float = 0.0,
+        threshold: Optional[float] = None,
         ambiguous: str = "none",
         labels: Sequence[str] = (),
         spans_key: Optional[str] = None,
@@ -288,6 +290,14 @@ class SapBertLinker(Pipe):
         register_span_attribute(cui_attr)
         register_span_attribute(candidates_attr, as_candidates)
         register_span_attribute(parts_attr, as_parts)
+
+    @property
+    def effective_threshold(self) -> float:
+        """``threshold``, or when it is None the KB's calibrated threshold (``LinkingKB.calibrated_threshold``), else 0.0."""
+        if self.threshold is not None:
+            return float(self.threshold)
+        found = self.linking_kb.calibrated_threshold if self.linking_kb is not None else None
+        return 0.0 if found is None else found
 
     @property
     def labels(self) -> Tuple[str, ...]:
@@ -425,7 +435,7 @@ class SapBertLinker(Pipe):
                 self._cache.move_to_end(k)
         if missing:
             vectors = self.encoder.encode(missing, batch_size=self.batch_size)
-            for key, cands in zip(missing, self.linking_kb.candidates(vectors, top_k=self.top_k)):
+            for key, cands in zip(missing, self.linking_kb.candidates(vectors, top_k=self.top_k, queries=missing)):
                 self._cache[key] = cands
         found = {k: self._cache[k] for k in keys}
         # Evict least recently used entries, never the ones this batch needs.
@@ -437,9 +447,9 @@ class SapBertLinker(Pipe):
         return found
 
     def best(self, cands: Sequence[Candidate]) -> Optional[Candidate]:
-        """The candidate ``_.cui`` gets: the top one if it reaches ``threshold``, unless its name is
-        ambiguous and ``ambiguous`` is ``"none"``."""
-        if not cands or cands[0].score < self.threshold:
+        """The candidate ``_.cui`` gets: the top one if it reaches ``effective_threshold``, unless its
+        name is ambiguous and ``ambiguous`` is ``"none"``."""
+        if not cands or cands[0].score < self.effective_threshold:
             return None
         if cands[0].ambiguous and self.ambiguous == "none":
             return None

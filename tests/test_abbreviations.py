@@ -130,15 +130,16 @@ def test_abbreviations_survive_to_bytes_and_docbin(nlp):
     assert ents(restored) == ents(doc)
 
 
-def test_pipeline_saves_and_loads(nlp, tmp_path):
-    nlp.get_pipe("sapbert_abbreviations").cfg["find_later_uses"] = False
+def test_pipeline_saves_and_loads_with_its_config(nlp, tmp_path):
+    nlp.remove_pipe("sapbert_abbreviations")
+    nlp.add_pipe("sapbert_abbreviations", config={"find_later_uses": False})
     nlp.to_disk(tmp_path / "pipe")
-    assert (tmp_path / "pipe" / "sapbert_abbreviations" / "cfg.json").exists()
     loaded = spacy.load(tmp_path / "pipe")
     assert loaded.pipe_names == ["entity_ruler", "sapbert_abbreviations"]
+    assert loaded.config["components"]["sapbert_abbreviations"]["find_later_uses"] is False
     doc = loaded(TEXT)
     assert doc._.abbreviations == {"DM": "diabetes mellitus"}
-    assert [e.text for e in doc.ents] == ["diabetes mellitus"]  # the saved cfg was read back
+    assert [e.text for e in doc.ents] == ["diabetes mellitus"]  # the config setting holds after loading
 
 
 def test_an_attribute_owned_by_another_package_is_not_overwritten():
@@ -153,15 +154,3 @@ def test_an_attribute_owned_by_another_package_is_not_overwritten():
         Doc.remove_extension("test_abbrs_foreign")
     register_doc_attribute("abbreviations")
     register_doc_attribute("abbreviations")  # ours: idempotent
-
-
-def test_component_settings_survive_to_bytes(nlp):
-    nlp.get_pipe("sapbert_abbreviations").cfg["find_later_uses"] = False
-    copy = spacy.blank("en")
-    component = copy.add_pipe("sapbert_abbreviations")
-    assert component.cfg["find_later_uses"] is True
-    copy.from_bytes(nlp.to_bytes(exclude=["entity_ruler"]), exclude=["entity_ruler"])
-    assert component.cfg["find_later_uses"] is False
-    with nlp.select_pipes(enable=["entity_ruler"]):
-        doc = nlp(TEXT)
-    assert [e.text for e in component(doc).ents] == ["diabetes mellitus"]

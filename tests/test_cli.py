@@ -45,24 +45,80 @@ def test_build_kb_link_and_info(tmp_path, tiny_bert_path):
     assert meta["stats"]["concepts"] == 3 and meta["encoder"]["pooling"] == "cls"
 
 
-def test_link_reads_a_file_of_texts(tmp_path, tiny_bert_path):
-    assert build(tmp_path, tiny_bert_path).exit_code == 0
-    (tmp_path / "notes.txt").write_text("fever\nnothing here\nseizure and fever\n", encoding="utf8")
+def last_line(result) -> str:
+    """What a command printed last (progress bars of model loading may come before), checked to be
+    its only error line: nothing of a traceback."""
+    assert "Traceback" not in result.output and "──" not in result.output
+    return result.output.strip().splitlines()[-1]
+
+
+def link_file(tmp_path, name, content, *extra):
+    (tmp_path / name).write_text(content, encoding="utf8")
     out_file = tmp_path / "out.jsonl"
-    result = CliRunner().invoke(
-        app, ["link", "--input", str(tmp_path / "notes.txt"), "--kb", str(tmp_path / "kb"), "-o", str(out_file)]
-    )
+    args = ["link", "--input", str(tmp_path / name), "--kb", str(tmp_path / "kb"), "-o", str(out_file), *extra]
+    result = CliRunner().invoke(app, args)
+    rows = [json.loads(line) for line in out_file.read_text().splitlines()] if out_file.exists() else None
+    return result, rows
+
+
+def test_link_reads_a_file_of_texts_one_record_per_line(tmp_path, tiny_bert_path):
+    assert build(tmp_path, tiny_bert_path).exit_code == 0
+    result, rows = link_file(tmp_path, "notes.txt", "fever\nnothing here\n\nseizure and fever\n")
     assert result.exit_code == 0, result.output
-    rows = [json.loads(line) for line in out_file.read_text().splitlines()]
-    assert [(r["line"], r["cui"]) for r in rows] == [(1, "HP:3"), (3, "HP:1"), (3, "HP:3")]
+    assert [(r["line"], [s["cui"] for s in r["spans"]]) for r in rows] == [
+        (1, ["HP:3"]), (2, []), (3, []), (4, ["HP:1", "HP:3"])  # lines without a mention keep their record
+    ]
+    assert "id" not in rows[0]
 
 
-def test_bad_table_fails_with_file_and_line_and_writes_nothing(tmp_path, tiny_bert_path):
+def test_link_input_with_document_ids(tmp_path, tiny_bert_path):
+    assert build(tmp_path, tiny_bert_path).exit_code == 0
+    result, rows = link_file(tmp_path, "notes.tsv", "n1\tfever\nn2\tnothing\n")
+    assert result.exit_code == 0, result.output
+    assert [(r["line"], r["id"], len(r["spans"])) for r in rows] == [(1, "n1", 1), (2, "n2", 0)]
+    jsonl = '{"id": 7, "text": "seizure"}\n\n{"text": "pyrexia"}\n'
+    result, rows = link_file(tmp_path, "notes.jsonl", jsonl)
+    assert result.exit_code == 0, result.output
+    assert [(r["line"], r.get("id"), r["spans"][0]["cui"]) for r in rows] == [(1, 7, "HP:1"), (3, None, "HP:3")]
+
+
+def test_link_input_errors_name_the_line_in_one_line(tmp_path, tiny_bert_path):
+    assert build(tmp_path, tiny_bert_path).exit_code == 0
+    result, rows = link_file(tmp_path, "notes.jsonl", '{"text": "fever"}\n{"text": 3}\n')
+    assert result.exit_code == 1 and rows is None  # nothing half-written
+    assert last_line(result) == f"{tmp_path / 'notes.jsonl'}:2: " + 'expected a JSON object with a "text" string (and optionally an "id")'
+    result, _ = link_file(tmp_path, "notes.txt", "a\tfever\nno tab\n", "--input-format", "tsv")
+    assert result.exit_code == 1 and "notes.txt:2: expected 'id<TAB>text'" in last_line(result)
+    result, rows = link_file(tmp_path, "empty.txt", "")
+    assert result.exit_code == 1 and rows is None
+    assert last_line(result) == f"{tmp_path / 'empty.txt'}: empty input: no documents to link"
+
+
+def test_link_text_or_first_batch_without_mentions(tmp_path, tiny_bert_path):
+    """The linker has nothing to link, so nothing may need its KB before it is loaded."""
+    assert build(tmp_path, tiny_bert_path).exit_code == 0
+    kb = str(tmp_path / "kb")
+    for detector in ("ruler", "span_finder"):
+        out = CliRunner().invoke(app, ["link", "the patient is fine", "--kb", kb, "--detector", detector])
+        assert out.exit_code == 0, out.output
+        assert [line for line in out.stdout.splitlines() if line.startswith("{")] == []
+    result, rows = link_file(tmp_path, "notes.txt", "the patient is fine\nfever\n", "--batch-size", "1", "--detector", "ruler")
+    assert result.exit_code == 0, result.output
+    assert [len(r["spans"]) for r in rows] == [0, 1]
+
+
+def test_bad_table_fails_with_one_line_naming_file_and_line_and_writes_nothing(tmp_path, tiny_bert_path):
+    from spacy_sapbert.records import InputError
+
     bad = TABLE + "HP:4\t\tNo name here\n"
     result = build(tmp_path, tiny_bert_path, bad)
-    assert result.exit_code != 0
-    assert re.search(r"terms\.tsv:5", str(result.exception))
+    assert result.exit_code == 1
+    assert re.fullmatch(r"/.*/terms\.tsv:5: expected 4 tab-separated columns.*", last_line(result)) and "Traceback" not in result.output
     assert not (tmp_path / "kb").exists()
+    verbose = CliRunner().invoke(app, ["--verbose", "build-kb", str(tmp_path / "terms.tsv"), str(tmp_path / "kb"), "--encoder", str(tiny_bert_path)])
+    assert isinstance(verbose.exception, InputError)  # re-raised: typer prints its traceback
+    missing = CliRunner().invoke(app, ["link", "fever", "--kb", str(tmp_path / "no_kb")])
+    assert missing.exit_code == 1 and last_line(missing).startswith(f"error: {tmp_path / 'no_kb'}")
 
 
 def test_duplicate_ids_need_an_explicit_choice(tmp_path, tiny_bert_path):

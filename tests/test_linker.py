@@ -400,4 +400,4 @@ if __name__ == "__main__":
 """
     (tmp_path / "run.py").write_text(code)
     out = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True, check=True).stdout
-    assert json.loads(out.strip().splitlines()[-1]) == [True, 6]
+    assert json.loads(out.strip().splitlines()[-1]) == [True, 8]

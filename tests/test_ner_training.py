@@ -73,10 +73,10 @@ def test_convert_maps_offsets_labels_and_ncbi_types(converted):
 def test_convert_marks_chemical_names_missing_in_ncbi_only(converted):
     out, report = converted
     nlp = spacy.load(out / "tokenizer")
-    cdr1, cdr2, ncbi = list(DocBin().from_disk(out / "train.spacy").get_docs(nlp.vocab))
-    tamoxifen = [t for t in ncbi if t.text == "tamoxifen"][0]
+    _cdr1, cdr2, ncbi = list(DocBin().from_disk(out / "train.spacy").get_docs(nlp.vocab))
+    tamoxifen = next(t for t in ncbi if t.text == "tamoxifen")
     assert tamoxifen.ent_iob_ == ""  # missing: NCBI does not annotate chemicals
-    assert [t for t in ncbi if t.text == "took"][0].ent_iob_ == "O"
+    assert next(t for t in ncbi if t.text == "took").ent_iob_ == "O"
     assert all(t.ent_iob_ in ("B", "I", "O") for t in cdr2)
     assert report["ncbi_train"]["masked_tokens"] == 1
 
@@ -164,7 +164,7 @@ def test_evaluate_ner_exact_spans_per_label(tmp_path):
                         {"label": "Disease", "pattern": "cardiac"}])  # wrong span: a false positive
     scores = evaluate_ner(nlp, docs, ("Chemical", "Disease"))
     assert scores["Chemical"]["tp"] == 1 and scores["Chemical"]["pred"] == 1 and scores["Chemical"]["gold"] == 6
-    # gold Disease: cardiac asystole, breast cancer, cancer, seizures, endometrial cancer ×2
+    # gold Disease: cardiac asystole, breast cancer, cancer, seizures, endometrial cancer x2
     assert scores["Disease"]["tp"] == 2 and scores["Disease"]["pred"] == 3 and scores["Disease"]["gold"] == 6
     assert scores["micro"]["p"] == 75.0 and scores["micro"]["r"] == round(100 * 3 / 12, 2)
     assert evaluate_ner(nlp, docs, ("Disease",))["micro"]["pred"] == 3  # other labels ignored

@@ -124,3 +124,53 @@ def test_saved_pipeline_finds_the_same_spans(kb_path, tiny_bert_path, tmp_path):
 def test_builder_rejects_unknown_detectors(kb_path):
     with pytest.raises(ValueError, match="detector"):
         build_pipeline(kb_path, "magic")
+
+
+def test_one_linker_per_label_links_each_label_against_its_kb(kb_path, tiny_encoder, tiny_bert_path, tmp_path):
+    chemicals = tmp_path / "chem_kb"
+    LinkingKB.build([R("C:1", "Tamoxifen", []), R("C:2", "Cancer", [])], tiny_encoder).to_disk(chemicals)
+    nlp = build_pipeline({"Disease": kb_path, "Chemical": chemicals}, "gold", encoder=tiny_bert_path, linker_config=FP32)
+    assert [n for n in nlp.pipe_names if n.startswith("sapbert_linker")] == ["sapbert_linker_disease", "sapbert_linker_chemical"]
+    doc = nlp.make_doc("Cancer treated with tamoxifen; cancer again.")
+    doc.ents = [doc.char_span(0, 6, "Disease"), doc.char_span(20, 29, "Chemical"), doc.char_span(31, 37, "Chemical")]
+    doc = nlp(doc)
+    assert [(e.text, e.kb_id_) for e in doc.ents] == [("Cancer", "D:6"), ("tamoxifen", "C:1"), ("cancer", "C:2")]
+    with pytest.raises(ValueError, match="labelling detector"):
+        build_pipeline({"Disease": kb_path}, "span_finder")
+
+
+@pytest.mark.slow
+def test_a_saved_pipeline_packages_with_spacy_package(kb_path, tiny_bert_path, tmp_path):
+    import subprocess
+    import sys
+
+    nlp = build_pipeline(kb_path, "span_finder", encoder=tiny_bert_path, label="DISEASE", linker_config=FP32)
+    nlp.meta.update({"name": "sapbert_test", "version": "0.0.1"})
+    nlp.to_disk(tmp_path / "pipeline")
+    (tmp_path / "packages").mkdir()
+    out = subprocess.run(
+        [sys.executable, "-m", "spacy", "package", str(tmp_path / "pipeline"), str(tmp_path / "packages"), "--force"],
+        capture_output=True, text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert list((tmp_path / "packages").glob("en_sapbert_test-0.0.1/dist/*.tar.gz"))
+    assert "spacy-sapbert" in out.stdout + out.stderr  # the plugin is listed as the package's requirement
+
+
+def test_build_pipeline_command_saves_a_loadable_pipeline(kb_path, tiny_bert_path, tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_sapbert.cli import app
+
+    out = tmp_path / "pipeline"
+    args = ["build-pipeline", str(out), "--kb", str(kb_path), "--detector", "span_finder", "--encoder", str(tiny_bert_path),
+            "--label", "DISEASE", "--name", "tiny", "--version", "1.2.3"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    nlp = spacy.load(out)
+    assert nlp.meta["name"] == "tiny" and nlp.meta["version"] == "1.2.3"
+    assert nlp.pipe_names[0] == "sapbert_span_finder" and nlp.pipe_names[-1] == "sapbert_linker"
+    assert "negex" in nlp.pipe_names and "sapbert_abbreviations" in nlp.pipe_names
+    assert [e.text for e in nlp("Two tumours.").ents] == ["tumours"]
+    bad = CliRunner().invoke(app, ["build-pipeline", str(tmp_path / "x"), "--kb", str(kb_path), "--kb", "A=" + str(kb_path)])
+    assert bad.exit_code != 0

@@ -12,6 +12,7 @@ only by ``evaluate``, for reporting.
 """
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shlex
@@ -19,15 +20,31 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import (
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 import spacy
 import typer
-from spacy.language import Language
 from spacy.lang.char_classes import ALPHA, ALPHA_UPPER
+from spacy.language import Language
 from spacy.matcher import PhraseMatcher
 from spacy.tokens import Doc, DocBin, Span
-from spacy.util import compile_infix_regex, compile_prefix_regex, compile_suffix_regex, registry
+from spacy.util import (
+    compile_infix_regex,
+    compile_prefix_regex,
+    compile_suffix_regex,
+    registry,
+)
 from wasabi import msg
 
 from spacy_sapbert.evaluation.datasets import Document, Mention, read_pubtator
@@ -334,7 +351,7 @@ def train(
     record = {
         "command": " ".join(["python -m training.ner", *map(shlex.quote, sys.argv[1:])]),
         "config": str(config_path),
-        "overrides": {k: v for k, v in overrides.items()},
+        "overrides": dict(overrides),
         "wall_seconds": round(wall, 1),
         "threads": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")},
         "cpu_model": cpu_model(),
@@ -363,6 +380,7 @@ def export_pipeline(model_dir: Path, dest: Path) -> Language:
     if batcher.get("@batchers") == "spacy_sapbert.time_budget_batcher.v1":
         config["training"]["batcher"] = batcher["batcher"]
     nlp.config = config
+    nlp.meta["name"] = "ner_bc5cdr_ncbi"
     nlp.meta["description"] = ("Disease and Chemical NER trained on BC5CDR + NCBI-disease (train; dev for model "
                                "selection) by spacy-sapbert's training/ner.py; no pretrained vectors")
     with atomic_dir(dest) as tmp:
@@ -396,6 +414,12 @@ def evaluate(
     results["model"] = str(model)
     results["model_bytes"] = sum(p.stat().st_size for p in model.rglob("*") if p.is_file())
     results["model_meta_performance"] = nlp.meta.get("performance", {})
+    log = Path(str(results.get("overrides", {}).get("paths.log") or ""))  # type: ignore[union-attr]
+    if log.is_file():  # the dev curve of the run: step, epoch, dev ents_f
+        with open(log, encoding="utf8") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        results["dev_curve"] = [{"step": r["step"], "epoch": r["epoch"], "ents_f": round(100 * r["score"], 2)}
+                                for r in rows]
     for split in ("dev", "test"):
         for name, labels in CORPUS_LABELS.items():
             path = corpus_path(data_dir, name, split)

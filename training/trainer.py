@@ -216,6 +216,7 @@ class Trainer:
         self.encoder = SapEncoder.load(
             enc["path"], pooling=enc["pooling"], max_length=enc["max_length"], device=str(self.device),
             precision="bf16" if self.precision == "bf16" else "fp32",  # inference inside training (batch plans)
+            plain_bert=False,  # training (adapters, save_pretrained of the result) wants transformers' model
         )
         self.pairs: PairSet = read_pair_file(self.data.pairs, lowercase=self.data.lowercase)
 

@@ -182,16 +182,23 @@ def summarize_counts(c: Counts) -> Dict[str, float]:
 
 
 def predicted_spans(doc, linker) -> List[PredictedSpan]:
-    """The spans ``linker`` linked in ``doc`` with their concepts (each part's for a split composite)."""
+    """The spans ``linker`` linked in ``doc`` with the concepts it decided: ``span._.cui`` or, for a
+    split composite mention, each part's best candidate that the linker's own rule (``best``:
+    threshold, ambiguous names) accepts."""
+    from ..search import Candidate
+
     out = []
     parts_attr = getattr(linker, "parts_attr", None)
     for span in linker.spans_to_link(doc):
         cui = span._.get(linker.cui_attr)
         concepts: Tuple[str, ...] = ()
         if cui is not None:
-            parts = span._.get(parts_attr) if parts_attr else None
-            tops = [cands[0][0] for _, cands in parts or () if cands]
-            concepts = tuple(dict.fromkeys(tops)) if len(parts or ()) > 1 and tops else (cui,)
+            parts = (span._.get(parts_attr) if parts_attr else None) or []
+            if len(parts) > 1:
+                decided = (linker.best([Candidate(*c) for c in cands]) for _, cands in parts)
+                concepts = tuple(dict.fromkeys(b.concept_id for b in decided if b is not None)) or (cui,)
+            else:
+                concepts = (cui,)
         out.append(PredictedSpan(span.start_char, span.end_char, concepts))
     return out
 

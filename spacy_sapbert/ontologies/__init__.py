@@ -16,6 +16,7 @@ READERS: Dict[str, Tuple[str, str]] = {
     "umls": ("umls", "read_umls"),
     "mesh-xml": ("mesh", "read_mesh_xml"),
     "mesh-tsv": ("mesh", "read_mesh_tsv"),
+    "mesh-chemical": ("mesh", "read_mesh_chemicals"),
     "medic": ("medic", "read_medic_dictionary"),
     "medic-tsv": ("medic", "read_medic_tsv"),
     "tsv": ("tables", "read_tsv"),

