@@ -19,10 +19,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from readme_tables import render_end_to_end_table, update_readme  # benchmarks/readme_tables.py, beside this script
+
 from spacy_sapbert.evaluation.end_to_end import DETECTORS, SPECS, evaluate_end_to_end
-from spacy_sapbert.evaluation.report import machine_description, render_end_to_end_table, update_readme
 from spacy_sapbert.evaluation.runner import DICTIONARIES
 from spacy_sapbert.fileio import read_json, write_json
+from spacy_sapbert.machine import machine_description
 
 README_BLOCK = "END-TO-END"
 
@@ -53,7 +55,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--output", type=Path, default=Path("benchmarks/results/end_to_end.json"))
-    p.add_argument("--readme", type=Path, default=Path("README.md"))
+    p.add_argument("--readme", type=Path, default=Path("benchmarks/README.md"))
     p.add_argument("--only-missing", action="store_true", help="keep results already in --output and run only the others")
     return p.parse_args(argv)
 

@@ -1,4 +1,4 @@
-"""Every benchmark × dictionary × system: writes benchmarks/results/evaluation.json and the README table.
+"""Every benchmark × dictionary × system: writes benchmarks/results/evaluation.json and the table in benchmarks/README.md.
 
 Each evaluation runs in a fresh process, so its peak memory is its own. Results are written
 after every run; rows of ``--output`` outside the selected grid are kept, and ``--only-missing``
@@ -19,10 +19,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from readme_tables import render_table, update_readme  # benchmarks/readme_tables.py, beside this script
+
 from spacy_sapbert.evaluation.datasets import BENCHMARKS
-from spacy_sapbert.evaluation.report import machine_description, render_table, update_readme
 from spacy_sapbert.evaluation.runner import DICTIONARIES, evaluate
 from spacy_sapbert.fileio import read_json, write_json
+from spacy_sapbert.machine import machine_description
 
 BASELINES: Dict[str, Tuple[str, Optional[str]]] = {
     "exact match": ("exact", None),
@@ -48,9 +50,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--dictionaries", nargs="+", default=list(DICTIONARIES), choices=list(DICTIONARIES))
     p.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=list(BASELINES))
     p.add_argument("--encoder", action="append", default=[], metavar="LABEL=PATH", help="a trained encoder folder to evaluate too")
-    p.add_argument("--scispacy-python", help="python of an environment with scispacy (see spacy_sapbert/evaluation/scispacy_worker.py)")
+    p.add_argument("--scispacy-python", help="python of an environment with scispacy (see benchmarks/scispacy_worker.py)")
     p.add_argument("--output", type=Path, default=Path("benchmarks/results/evaluation.json"))
-    p.add_argument("--readme", type=Path, default=Path("README.md"))
+    p.add_argument("--readme", type=Path, default=Path("benchmarks/README.md"))
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"])
     p.add_argument("--only-missing", action="store_true", help="keep results already in --output and run only the others")
@@ -70,7 +72,10 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     previous: List[Dict[str, object]] = []
     if args.output.is_file():
-        previous = [r for r in read_json(args.output)["results"] if not r.get("skipped")]
+        earlier = read_json(args.output)
+        previous = [r for r in earlier["results"] if not r.get("skipped")]
+        for r in previous:  # rows kept from an earlier run keep the CPU they were measured on
+            r.setdefault("machine_cpu", earlier.get("machine", {}).get("cpu"))
     done = {(r["dataset"], r["dictionary"], r["label"]) for r in previous}
     jobs = [
         (d, dic, label, system, enc)
@@ -88,6 +93,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
             result = pool.submit(run_one, dataset, dictionary, label, system, encoder, args.batch_size, args.precision).result()
         result["command"] = command
+        result["machine_cpu"] = machine["cpu"]
         key = (dataset, dictionary, label)
         at = next((i for i, r in enumerate(results) if (r["dataset"], r["dictionary"], r["label"]) == key), None)
         if at is None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -33,17 +32,18 @@ import faiss
 import spacy
 import torch
 import typer
+from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
 from spacy.tokens import Doc, Span
+from umls_scale import KINDS, measure  # benchmarks/umls_scale.py, beside this script
 
 from spacy_sapbert.encoder import SapEncoder, resolve_precision
 from spacy_sapbert.evaluation.baselines import run_scispacy_worker, scispacy_entities
 from spacy_sapbert.evaluation.datasets import dictionary_records, load_split
-from spacy_sapbert.evaluation.report import machine_description, update_readme
 from spacy_sapbert.fileio import read_json, write_json
 from spacy_sapbert.linker import SapBertLinker
+from spacy_sapbert.machine import machine_description, peak_rss_mb
 from spacy_sapbert.normalize import normalize_name
 from spacy_sapbert.search import LinkingKB
-from umls_scale import KINDS, measure  # benchmarks/umls_scale.py, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -68,9 +68,10 @@ def medic_kb_path(encoder: SapEncoder, cache: Path) -> Path:
 
 # Run in a fresh interpreter: what a user waits for between ``spacy.load`` and a linked span.
 LOAD_PROBE = """
-import json, re, sys, time
+import json, sys, time
 t0 = time.perf_counter()
 import spacy
+from spacy_sapbert.machine import peak_rss_mb
 from spacy.tokens import Span
 nlp = spacy.load(sys.argv[1])
 loaded = time.perf_counter() - t0
@@ -78,8 +79,8 @@ doc = nlp.make_doc("Familial adenomatous polyposis")
 doc.ents = [Span(doc, 0, len(doc), label="Disease")]
 doc = nlp.get_pipe("sapbert_linker")(doc)
 print(json.dumps({"load_s": round(loaded, 2), "first_link_s": round(time.perf_counter() - t0 - loaded, 3),
-                  "cui": doc.ents[0].kb_id_, "rss_mb": round(int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read())[1]) / 1024, 1)}))
-"""  # (VmHWM, not ru_maxrss: a child inherits the peak of the big process that started it)
+                  "cui": doc.ents[0].kb_id_, "rss_mb": peak_rss_mb()}))
+"""
 
 
 def pipeline_load(kb_path: Path, folder: Path, threads: int) -> Dict[str, object]:
@@ -127,7 +128,7 @@ def pipe_rate(linker: SapBertLinker, docs: List[Doc], repeats: int, batch_size: 
 
 def scispacy_rates(python: Path, lkb: LinkingKB, docs: List[Doc], strings: List[Doc], threads: int, repeats: int, cache: Path) -> Dict[str, object]:
     """scispacy's EntityLinker over the same KB, gold spans and strings, in its own environment
-    (``spacy_sapbert/evaluation/scispacy_worker.py``); its HNSW index is built once and cached."""
+    (``benchmarks/scispacy_worker.py``); its HNSW index is built once and cached."""
     answer = run_scispacy_worker(python, {
         "mode": "link",
         "entities": scispacy_entities(lkb.kb),
@@ -261,7 +262,7 @@ def render_speed(r: Dict[str, object], output: Path) -> str:
     if sci:
         lines += [
             "",
-            f"scispacy (`--scispacy-python`; its own environment, `spacy_sapbert/evaluation/scispacy_worker.py`): "
+            f"scispacy (`--scispacy-python`; its own environment, `benchmarks/scispacy_worker.py`): "
             f"its TF-IDF + HNSW index over the same {_n(sci['indexed_aliases'])} names (scispacy's settings, M=100, "
             f"efConstruction=2000) took {_n(sci['index_build_seconds'])} s to build on {sci['index_build_threads']} thread(s)"
             + (" (when first built: recorded with the cached index, not re-timed by this run); loading it" if sci["index_cached"] else "; building it")
@@ -282,13 +283,13 @@ def main(
     umls_kinds: List[str] = typer.Option(
         list(KINDS), "--umls-kind", help="index kinds the UMLS-scale part builds (at 7.5M names: --umls-kind ivf-pq)"
     ),
-    readme: Path = typer.Option(ROOT / "README.md", help="README whose SPEED block is rewritten"),
+    readme: Path = typer.Option(ROOT / "benchmarks" / "README.md", help="README whose SPEED block is rewritten"),
     render_only: bool = typer.Option(False, help="Only rewrite the README block from the existing --output JSON"),
     umls_result: Optional[Path] = typer.Option(
         None, help="Take the UMLS-scale part from this result.json of benchmarks/umls_scale.py (with --render-only)"
     ),
     scispacy_python: Optional[Path] = typer.Option(
-        None, help="python of an environment with scispacy: adds its linker on the same KB (spacy_sapbert/evaluation/scispacy_worker.py)"
+        None, help="python of an environment with scispacy: adds its linker on the same KB (benchmarks/scispacy_worker.py)"
     ),
     repeats: int = typer.Option(3, help="Runs per figure; the median is reported"),
     threads: int = typer.Option(2, help="torch and FAISS threads"),
@@ -354,7 +355,7 @@ def main(
     results["precision"] = by_precision
     default_encoder = SapEncoder.load(None, device="cpu")
     results["names_per_s_by_batch_size"] = {
-        str(b): round(len(names) / median_time(lambda: default_encoder.encode(names, batch_size=b), repeats), 1)
+        str(b): round(len(names) / median_time(lambda b=b: default_encoder.encode(names, batch_size=b), repeats), 1)
         for b in (64, 128, 256, 512)
     }
     results["names_per_s"] = by_precision[str(results["default_precision"])]["names_per_s"]
@@ -383,7 +384,7 @@ def main(
     if scispacy_python is not None:
         results["scispacy"] = scispacy_rates(scispacy_python, lkb, docs, distinct_docs, threads, repeats, cache)
         typer.echo(f"scispacy: {results['scispacy']}", err=True)
-    results["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    results["peak_rss_mb"] = peak_rss_mb()
     results["pipeline_load"] = pipeline_load(kb_path, cache / f"pipeline-medic-{encoder.fingerprint[:12]}", threads)
     runs = stored_umls_runs(read_json(output)) if output.is_file() else []
     if not quick:

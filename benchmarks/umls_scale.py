@@ -21,7 +21,6 @@ process: ``load_s``, ``rss_mb``. Prints JSON; ``benchmarks/speed.py`` (without `
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -30,6 +29,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import typer
+
+from spacy_sapbert.machine import rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "corpus" / "open_bundle.concepts.jsonl"
@@ -42,12 +43,6 @@ KINDS = ("flat", "flat-fp16", "sq8", "ivf-sq8", "ivf-fp16", "ivf-pq", "hnsw")
 # Recall target of nprobe/efSearch tuning on the train/dev mentions. Unseen test mentions score
 # lower: tuned to 0.99 at 7.5M names, ivf-pq gave the test mentions 0.9861; the margin is for them.
 TUNE_TARGET = 0.995
-
-
-def rss_mb() -> float:
-    """Resident memory now (not the peak), from /proc."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def scaled_records(bundle: Path, n_names: int) -> Iterator:
@@ -125,7 +120,7 @@ def probe(folder: Path, queries: Path, k: int, whole_kb: bool) -> Dict[str, floa
         "query_ms": round(1000 * search_s / len(q), 3),
         "rss_mb": round(rss_mb(), 1),
         "rss_before_load_mb": round(base, 1),
-    }  # (no ru_maxrss: on Linux a child started by a big parent inherits the parent's peak)
+    }  # (resident memory now, not the peak: a child started by a big parent would inherit the parent's peak)
 
 
 def run_probe(folder: Path, queries: Path, k: int, whole_kb: bool = False) -> Dict[str, float]:
@@ -148,7 +143,15 @@ def measure(
 
     from spacy_sapbert.encoder import SapEncoder
     from spacy_sapbert.fileio import read_json, write_json
-    from spacy_sapbert.index import INDEX_META, VectorIndex, auto_index_kind, exact_top_k, recall_at_k, tune_ef_search, tune_nprobe
+    from spacy_sapbert.index import (
+        INDEX_META,
+        VectorIndex,
+        auto_index_kind,
+        exact_top_k,
+        recall_at_k,
+        tune_ef_search,
+        tune_nprobe,
+    )
     from spacy_sapbert.kb import ConceptKB
     from spacy_sapbert.search import ChunksIncomplete, LinkingKB, encode_chunks
 

@@ -15,7 +15,6 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 
-
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
 _PARENTHESIS = re.compile(r"\(([^()]+)\)")
 _LONG_FORM_WORD_SPLIT = re.compile(r"[\s-]+")
@@ -154,7 +153,7 @@ def expand_abbreviations(mention: str, abbreviations: Mapping[str, str], max_rou
     Repeated a few rounds because a long form may itself contain a short form; a short form
     whose long form contains it is never expanded, so the loop cannot grow a mention forever.
     """
-    usable = {s: l for s, l in abbreviations.items() if s not in l.split()}
+    usable = {short: long for short, long in abbreviations.items() if short not in long.split()}
     if not usable:
         return mention
     pattern = re.compile(

@@ -18,7 +18,7 @@ import os
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -48,7 +48,9 @@ class BertConfig(SimpleNamespace):
 class _Embeddings(nn.Module):
     def __init__(self, c: BertConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(c.vocab_size, c.hidden_size, padding_idx=getattr(c, "pad_token_id", 0))
+        self.word_embeddings = nn.Embedding(  # given a tensor, not initialised at random: the checkpoint fills it
+            c.vocab_size, c.hidden_size, padding_idx=getattr(c, "pad_token_id", 0), _weight=torch.empty(c.vocab_size, c.hidden_size)
+        )
         self.position_embeddings = nn.Embedding(c.max_position_embeddings, c.hidden_size)
         self.token_type_embeddings = nn.Embedding(c.type_vocab_size, c.hidden_size)
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
@@ -152,6 +154,15 @@ class BertEncoder(nn.Module):
         if with_pooler:
             self.pooler = _Pooler(config)
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The weights' dtype, as on transformers' models."""
+        return next(self.parameters()).dtype
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -183,13 +194,13 @@ class BertEncoder(nn.Module):
 class BertTokenizer:
     """A ``tokenizers.Tokenizer`` called like transformers' fast tokenizer, for what the encoder asks."""
 
-    def __init__(self, folder: PathLike):
+    def __init__(self, folder: PathLike, spec: Optional[str] = None):
         from tokenizers import Tokenizer
 
         self.folder = Path(folder)
-        self._tokenizer = Tokenizer.from_file(str(self.folder / TOKENIZER_FILE))
-        padding = json.loads((self.folder / TOKENIZER_FILE).read_text(encoding="utf8")).get("padding") or {}
-        self.pad_token = padding.get("pad_token", "[PAD]")
+        text = spec if spec is not None else (self.folder / TOKENIZER_FILE).read_text(encoding="utf8")
+        self._tokenizer = Tokenizer.from_str(text)
+        self.pad_token = (self._tokenizer.padding or {}).get("pad_token") or "[PAD]"
         self.pad_token_id = self._tokenizer.token_to_id(self.pad_token) or 0
 
     def __call__(
@@ -234,21 +245,24 @@ def _read_json(path: Path) -> Dict[str, Any]:
         return json.load(f)
 
 
-def _tokenizer_supported(folder: Path) -> bool:
-    """A BERT WordPiece ``tokenizer.json`` whose lower-casing agrees with ``tokenizer_config.json``
-    (transformers follows the config where they differ)."""
+def _tokenizer_spec(folder: Path) -> Optional[str]:
+    """The text of a BERT WordPiece ``tokenizer.json`` whose lower-casing agrees with
+    ``tokenizer_config.json`` (transformers follows the config where they differ), else None."""
     if not (folder / TOKENIZER_FILE).is_file():
-        return False
+        return None
     config = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
     if config.get("tokenizer_class") not in BERT_TOKENIZERS:
-        return False
-    spec = _read_json(folder / TOKENIZER_FILE)
+        return None
+    text = (folder / TOKENIZER_FILE).read_text(encoding="utf8")
+    spec = json.loads(text)
     normalizer = spec.get("normalizer") or {}
     if normalizer.get("type") != "BertNormalizer" or (spec.get("model") or {}).get("type") != "WordPiece":
-        return False
+        return None
     if "do_lower_case" in config and bool(config["do_lower_case"]) != bool(normalizer.get("lowercase")):
-        return False
-    return "strip_accents" not in config or config["strip_accents"] == normalizer.get("strip_accents")
+        return None
+    if "strip_accents" in config and config["strip_accents"] != normalizer.get("strip_accents"):
+        return None
+    return text
 
 
 def _model_supported(config: Dict[str, Any]) -> bool:
@@ -277,7 +291,10 @@ def _checkpoint(path: Path, expected: Sequence[str]) -> Optional[Dict[str, torch
 def load_bert(folder: PathLike) -> Optional[Tuple[BertEncoder, BertTokenizer]]:
     """The model and tokenizer of a local BERT folder, or None where transformers must load it."""
     folder = Path(folder)
-    if not (folder / WEIGHTS).is_file() or not (folder / "config.json").is_file() or not _tokenizer_supported(folder):
+    if not (folder / WEIGHTS).is_file() or not (folder / "config.json").is_file():
+        return None
+    tokenizer_spec = _tokenizer_spec(folder)
+    if tokenizer_spec is None:
         return None
     raw = _read_json(folder / "config.json")
     if not _model_supported(raw):
@@ -287,16 +304,13 @@ def load_bert(folder: PathLike) -> Optional[Tuple[BertEncoder, BertTokenizer]]:
                          ("attention_probs_dropout_prob", 0.1), ("pad_token_id", 0)):
         if not hasattr(config, key):
             setattr(config, key, default)
-    with torch.device("meta"):
-        skeleton = BertEncoder(config)
-    expected: List[str] = list(skeleton.state_dict())
-    tensors = _checkpoint(folder / WEIGHTS, expected)
+    from safetensors import safe_open
+
+    with safe_open(str(folder / WEIGHTS), "pt") as f:
+        with_pooler = any(k.endswith("pooler.dense.weight") for k in f.keys())
+    model = BertEncoder(config, with_pooler=with_pooler)  # on the CPU: a meta-device skeleton imports torch._dynamo
+    tensors = _checkpoint(folder / WEIGHTS, list(model.state_dict()))
     if tensors is None:
-        with torch.device("meta"):
-            skeleton = BertEncoder(config, with_pooler=False)  # checkpoints saved without the pooler
-        tensors = _checkpoint(folder / WEIGHTS, list(skeleton.state_dict()))
-        if tensors is None:
-            return None
-    model = skeleton.to_empty(device="cpu")
+        return None
     model.load_state_dict(tensors, strict=True, assign=True)
-    return model.eval(), BertTokenizer(folder)
+    return model.eval(), BertTokenizer(folder, tokenizer_spec)

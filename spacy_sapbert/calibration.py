@@ -4,14 +4,18 @@ With threshold 0.0 every mention gets its nearest concept, so a mention of somet
 not hold ("MS" against HPO) is linked with confidence to something else. The threshold is the
 lowest top-candidate score at which the linker answers; below it ``_.cui`` stays empty.
 
-How it is chosen (``METHOD``): every dev mention whose gold concept is in the KB is an *in-KB*
-case, right when the linker answers with a gold concept. Each also gives a *NIL* case, the
-mention as if its gold concepts were missing from the KB (leave-gold-out: the score of the best
-candidate that is not gold; dev sets rarely hold real out-of-KB mentions, and those that do
-count too); a NIL case is right when the linker abstains. The threshold maximises accuracy over
-both, NIL cases weighted by ``nil_weight`` (1.0: an out-of-KB mention is as likely as an
-in-KB one). Abstaining on an in-KB mention counts as wrong. Among equally good thresholds the
-lowest is taken, placed halfway between two observed scores.
+How it is chosen (``METHOD``): the dev gold mentions go through the linker, and the threshold
+maximises the F1 of its answers, counted as the linker's own scorer counts them (``kb_id_f``): an
+answer with a gold concept is a true positive; a wrong answer a false positive and a false
+negative; an abstention a false negative; an answer on a mention whose gold concept is not in the
+KB a false positive. Among equally good thresholds the lowest is taken, placed halfway between two
+observed scores.
+
+Dev sets rarely hold mentions of concepts missing from the KB, so each in-KB mention also gives a
+*leave-gold-out* case: the mention as if its gold concepts were not in the KB (the score of the
+best candidate that is not gold). How often the linker abstains on those (``nil_abstention``) is
+reported and plotted; with ``nil_weight`` > 0 an answer on one also counts as that fraction of a
+false positive, trading more abstention for fewer confident answers about missing concepts.
 
 ``LinkingKB.calibrated_threshold`` reads the result; the linker uses it when its ``threshold``
 setting is None.
@@ -29,7 +33,10 @@ import numpy as np
 from .fileio import read_json, write_json
 
 PathLike = Union[str, os.PathLike]
-METHOD = "max-accuracy: in-KB mentions right when answered with a gold concept; leave-gold-out NIL cases right when abstained"
+METHOD = (
+    "max F1 of the linker's answers on dev gold mentions (right answer: TP; wrong answer: FP and FN; abstention: FN; "
+    "answer on a mention whose gold concept is not in the KB: FP); leave-gold-out cases count as nil_weight of a FP"
+)
 META_KEY = "calibration"
 CURVE_STEP = 0.01
 SHIPPED_HPO = Path(__file__).parent / "data" / "hpo_calibration.json"
@@ -38,13 +45,15 @@ SHIPPED_HPO = Path(__file__).parent / "data" / "hpo_calibration.json"
 @dataclass(frozen=True)
 class Outcome:
     """One case: the linker's top score, whether it would answer at a low enough threshold
-    (an ambiguous top name is never answered), whether that answer is gold, and whether the
-    case is in the KB (False: a NIL case, right only when the linker abstains)."""
+    (an ambiguous top name is never answered), whether that answer is gold, whether a gold
+    concept is in the KB (False: a NIL case, right only when the linker abstains), and whether
+    the case is a leave-gold-out simulation rather than a real dev mention."""
 
     score: float
     answerable: bool
     correct: bool
     in_kb: bool
+    left_out: bool = False
 
 
 def mention_outcomes(
@@ -56,70 +65,81 @@ def mention_outcomes(
     leave_gold_out: bool = True,
 ) -> List[Outcome]:
     """The cases one dev mention gives, from the linker's ``(concept_id, name, score, ambiguous)``
-    candidates (best first) and its gold ids: an in-KB case and a leave-gold-out NIL case when a
-    gold concept is in the KB (``in_kb``), else one real NIL case."""
+    candidates (best first) and its gold ids: the mention itself (a NIL case when no gold
+    concept is in the KB, ``in_kb`` False) and, for an in-KB mention, its leave-gold-out case."""
     gold = set(gold)
 
     def is_gold(concept: str) -> bool:
         return concept in gold or bool(aliases) and any(a in gold for a in aliases.get(concept, ()))  # type: ignore[union-attr]
 
-    def outcome(cands: Sequence[Sequence[Any]], case_in_kb: bool) -> Outcome:
+    def outcome(cands: Sequence[Sequence[Any]], case_in_kb: bool, left_out: bool) -> Outcome:
         if not cands:
-            return Outcome(-math.inf, False, False, case_in_kb)
+            return Outcome(-math.inf, False, False, case_in_kb, left_out)
         cid, _, score, amb = cands[0][:4]
         answerable = not (amb and ambiguous == "none")
-        return Outcome(float(score), answerable, answerable and is_gold(cid), case_in_kb)
+        return Outcome(float(score), answerable, answerable and case_in_kb and is_gold(cid), case_in_kb, left_out)
 
-    if not in_kb:
-        return [outcome(candidates, False)]
-    out = [outcome(candidates, True)]
-    if leave_gold_out:
-        out.append(outcome([c for c in candidates if not is_gold(c[0])], False))
+    out = [outcome(candidates, in_kb, False)]
+    if in_kb and leave_gold_out:
+        out.append(outcome([c for c in candidates if not is_gold(c[0])], False, True))
     return out
 
 
 def _arrays(outcomes: Sequence[Outcome]):
-    score = np.array([o.score for o in outcomes], dtype=np.float64)
-    answerable = np.array([o.answerable for o in outcomes], dtype=bool)
+    score = np.clip(np.array([o.score for o in outcomes], dtype=np.float64), -np.inf, 1.0)
+    answerable = np.array([o.answerable for o in outcomes], dtype=bool) & np.isfinite(score)
     correct = np.array([o.correct for o in outcomes], dtype=bool)
     in_kb = np.array([o.in_kb for o in outcomes], dtype=bool)
-    return score, answerable, correct, in_kb
+    left_out = np.array([o.left_out for o in outcomes], dtype=bool)
+    return score, answerable, correct, in_kb, left_out
 
 
-def evaluate_threshold(outcomes: Sequence[Outcome], threshold: float, nil_weight: float = 1.0) -> Dict[str, float]:
-    """What the linker does at ``threshold`` (answers when the top score is at least it):
-    ``accuracy`` (the objective), ``precision`` (of its answers on in-KB cases),
-    ``abstention`` (share of in-KB cases left unlinked), ``nil_abstention`` (share of NIL cases
-    left unlinked, the higher the better) and ``answered_right`` (share of in-KB cases linked right)."""
-    score, answerable, correct, in_kb = _arrays(outcomes)
+def _f1(tp: np.ndarray, fp: np.ndarray, n_in: int) -> np.ndarray:
+    """2TP / (2TP + FP + FN) with FN = n_in - TP (every in-KB case not answered right)."""
+    denominator = tp + n_in + fp
+    return np.where(denominator > 0, 2 * tp / np.maximum(denominator, 1e-12), 0.0)
+
+
+def evaluate_threshold(outcomes: Sequence[Outcome], threshold: float, nil_weight: float = 0.0) -> Dict[str, float]:
+    """What the linker does at ``threshold`` (answers when the top score is at least it), on the
+    real dev mentions: ``f1`` (the objective; leave-gold-out answers weighted ``nil_weight``),
+    ``precision`` (of its answers), ``abstention`` (share of in-KB mentions left unlinked),
+    ``answered_right`` (share of in-KB mentions linked right), and ``nil_abstention`` (share of
+    NIL cases, leave-gold-out ones included, left unlinked: the higher the better)."""
+    score, answerable, correct, in_kb, left_out = _arrays(outcomes)
     answered = answerable & (score >= threshold)
-    n_in, n_nil = int(in_kb.sum()), int((~in_kb).sum())
-    right_in = int((answered & correct & in_kb).sum())
-    abstained_nil = int((~answered & ~in_kb).sum())
-    answered_in = int((answered & in_kb).sum())
-    total = n_in + nil_weight * n_nil
+    real = ~left_out
+    n_in = int((in_kb & real).sum())
+    tp = int((answered & correct & real).sum())
+    fp_real = int((answered & ~correct & real).sum())
+    fp_left_out = int((answered & left_out).sum())
+    answered_in = int((answered & in_kb & real).sum())
+    n_nil = int((~in_kb).sum())
     return {
         "threshold": round(float(threshold), 4),
-        "accuracy": round((right_in + nil_weight * abstained_nil) / total, 4) if total else 0.0,
-        "precision": round(right_in / answered_in, 4) if answered_in else 1.0,
+        "f1": round(float(_f1(np.array(tp), np.array(fp_real + nil_weight * fp_left_out), n_in)), 4),
+        "precision": round(tp / (tp + fp_real), 4) if tp + fp_real else 1.0,
         "abstention": round(1 - answered_in / n_in, 4) if n_in else 0.0,
-        "nil_abstention": round(abstained_nil / n_nil, 4) if n_nil else 0.0,
-        "answered_right": round(right_in / n_in, 4) if n_in else 0.0,
+        "answered_right": round(tp / n_in, 4) if n_in else 0.0,
+        "nil_abstention": round(int((~answered & ~in_kb).sum()) / n_nil, 4) if n_nil else 0.0,
     }
 
 
-def choose_threshold(outcomes: Sequence[Outcome], nil_weight: float = 1.0) -> float:
-    """The threshold in [-1, 1] that maximises ``evaluate_threshold``'s accuracy (see the module docstring)."""
-    score, answerable, correct, in_kb = _arrays(outcomes)
-    usable = answerable & np.isfinite(score)
-    levels = np.unique(np.concatenate([[-1.0], np.clip(score[usable], -1.0, 1.0)]))  # ascending
-    # answering at level j = answering every usable case scoring at least levels[j]
-    weight = np.where(in_kb, 1.0, nil_weight)
-    gain = np.where(in_kb, correct.astype(float), -1.0) * weight  # what answering a case adds
-    order = np.searchsorted(levels, np.clip(score[usable], -1.0, 1.0))
-    per_level = np.bincount(order, weights=gain[usable], minlength=len(levels))
-    answered_gain = per_level[::-1].cumsum()[::-1]  # the gain of answering everything at or above each level
-    best = int(np.argmax(answered_gain))  # first (lowest) of the best
+def choose_threshold(outcomes: Sequence[Outcome], nil_weight: float = 0.0) -> float:
+    """The threshold in [-1, 1] that maximises ``evaluate_threshold``'s F1 (see the module docstring)."""
+    score, answerable, correct, in_kb, left_out = _arrays(outcomes)
+    n_in = int((in_kb & ~left_out).sum())
+    levels = np.unique(np.concatenate([[-1.0], np.maximum(score[answerable], -1.0)]))  # ascending
+    # answering at level j = answering every answerable case scoring at least levels[j]
+    at = np.searchsorted(levels, np.maximum(score[answerable], -1.0))
+    tp_gain = (correct & ~left_out)[answerable].astype(float)
+    fp_gain = np.where(left_out, nil_weight, (~correct).astype(float))[answerable]
+
+    def at_or_above(gain: np.ndarray) -> np.ndarray:
+        return np.bincount(at, weights=gain, minlength=len(levels))[::-1].cumsum()[::-1]
+
+    f1 = _f1(at_or_above(tp_gain), at_or_above(fp_gain), n_in)
+    best = int(np.argmax(np.round(f1, 12)))  # first (lowest) of the best
     if best == 0:
         return float(levels[0])
     low, high = float(levels[best - 1]), float(levels[best])
@@ -127,15 +147,15 @@ def choose_threshold(outcomes: Sequence[Outcome], nil_weight: float = 1.0) -> fl
     return mid if low < mid <= high else high
 
 
-def curve(outcomes: Sequence[Outcome], nil_weight: float = 1.0, start: float = 0.0, step: float = CURVE_STEP) -> List[Dict[str, float]]:
+def curve(outcomes: Sequence[Outcome], nil_weight: float = 0.0, start: float = 0.0, step: float = CURVE_STEP) -> List[Dict[str, float]]:
     """``evaluate_threshold`` on a grid from ``start`` to 1.0: the precision/abstention plot's data."""
     n = int(round((1.0 - start) / step))
     return [evaluate_threshold(outcomes, start + i * step, nil_weight) for i in range(n + 1)]
 
 
-def calibrate(outcomes: Sequence[Outcome], dev: str, nil_weight: float = 1.0) -> Dict[str, Any]:
+def calibrate(outcomes: Sequence[Outcome], dev: str, nil_weight: float = 0.0) -> Dict[str, Any]:
     """The calibration record stored in a KB's meta: the threshold and how it was chosen."""
-    if not any(o.in_kb for o in outcomes):
+    if not any(o.in_kb and not o.left_out for o in outcomes):
         raise ValueError(f"{dev}: no dev mention has a gold concept in the KB; nothing to calibrate on")
     threshold = choose_threshold(outcomes, nil_weight)
     return {
@@ -143,7 +163,11 @@ def calibrate(outcomes: Sequence[Outcome], dev: str, nil_weight: float = 1.0) ->
         "method": METHOD,
         "nil_weight": nil_weight,
         "dev": dev,
-        "cases": {"in_kb": sum(o.in_kb for o in outcomes), "nil": sum(not o.in_kb for o in outcomes)},
+        "cases": {
+            "in_kb": sum(o.in_kb for o in outcomes),
+            "nil": sum(not o.in_kb and not o.left_out for o in outcomes),
+            "left_out": sum(o.left_out for o in outcomes),
+        },
         "at_threshold": evaluate_threshold(outcomes, threshold, nil_weight),
         "at_zero": evaluate_threshold(outcomes, 0.0, nil_weight),
     }
@@ -196,7 +220,7 @@ def calibrate_kb_folder(
     label: str = "CONCEPT",
     encoder: Optional[PathLike] = None,
     spelling: Optional[Mapping[str, str]] = None,
-    nil_weight: float = 1.0,
+    nil_weight: float = 0.0,
     store: bool = True,
     linker_config: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
@@ -217,16 +241,20 @@ def calibrate_kb_folder(
 
 def apply_shipped_calibration(kb_folder: PathLike, encoder_fingerprint: str, shipped: PathLike = SHIPPED_HPO) -> bool:
     """Stamp the calibration shipped with the package (chosen by ``benchmarks/calibration.py`` on
-    GSC+ dev) into the default HPO KB folder, if it was chosen for this encoder and the folder has
-    none yet. Returns whether the folder now has it."""
+    GSC+ dev) into the default HPO KB folder, if it was chosen for this encoder. A calibration the
+    folder got otherwise (``calibrate_kb_folder`` on the user's own dev data) is kept; an older
+    shipped one is replaced. Returns whether the folder now has the shipped one."""
     from .search import META_FILE
 
     if not Path(shipped).is_file():
         return False
-    record = read_json(shipped)
+    record = {**read_json(shipped), "shipped": True}
     if record.get("encoder_fingerprint") != encoder_fingerprint:
         return False
-    meta = read_json(Path(kb_folder) / META_FILE)
-    if META_KEY not in meta:
-        store_calibration(kb_folder, record)
+    found = read_json(Path(kb_folder) / META_FILE).get(META_KEY)
+    if found == record:
+        return True
+    if found is not None and found.get("threshold") is not None and not found.get("shipped"):
+        return False
+    store_calibration(kb_folder, record)
     return True

@@ -266,12 +266,11 @@ def demo(
     output_dir: Path = typer.Option(Path("demo_output"), help="Where to write demo.html and demo.jsonl"),
 ) -> None:
     """Link a short clinical note against HPO; print each span and write a displaCy page."""
-    import resource
-
     from spacy import displacy
 
     from .defaults import DEMO_NOTE, HPO_BROWSER_URL, default_pipeline
     from .fileio import atomic_open
+    from .machine import peak_rss_mb
 
     t0 = time.perf_counter()
     nlp = default_pipeline()
@@ -292,7 +291,7 @@ def demo(
         f.write(html)
     with atomic_open(output_dir / "demo.jsonl") as f:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = peak_rss_mb()
     typer.echo(
         f"{len(records)} spans linked; load/build {t_load:.1f}s, linking {t_link:.2f}s, peak RSS {peak_mb:.0f} MB; "
         f"wrote {output_dir / 'demo.html'}",

@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -21,7 +21,8 @@ from .fileio import atomic_dir, write_json
 
 SETTINGS_FILE = "sapbert_encoder.json"
 POOLINGS = ("cls", "mean")
-PRECISIONS = ("auto", "fp32", "bf16", "int8")
+PRECISIONS = ("auto", "fp32", "bf16", "int8")  # encoding
+TRAINING_PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # the trainer's autocast
 DEFAULT_ENCODER = "minilm"  # resolved by ``resolve_encoder_path``
 ENV_DEFAULT_ENCODER = "SPACY_SAPBERT_ENCODER"
 
@@ -110,17 +111,24 @@ def native_bf16(device: torch.device) -> bool:
         return False
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """``auto`` is bf16 where the hardware does it natively, else fp32.
+def resolve_precision(precision: str, device: torch.device, training: bool = False) -> str:
+    """The one precision rule, for encoding and (``training``) for the trainer's autocast.
 
-    Measured on the CPU here (``benchmarks/speed.py``): bf16 encodes faster than fp32 with the
-    same NCBI-disease Acc@1 and a top-5 overlap near 1; int8 (torch or ONNX Runtime) costs
-    accuracy, so it is never chosen automatically.
+    Encoding: ``auto`` is bf16 where the hardware does it natively, else fp32. Measured on the CPU
+    here (``benchmarks/speed.py``): bf16 encodes faster than fp32 with the same NCBI-disease Acc@1
+    and a top-5 overlap near 1; int8 (torch or ONNX Runtime) costs accuracy, so it is never chosen
+    automatically. Training: ``auto`` is the authors' ``--amp`` (fp16 autocast with loss scaling)
+    on CUDA, fp32 on the CPU; fp16 needs CUDA, and int8 is for encoding only.
     """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    allowed = TRAINING_PRECISIONS if training else PRECISIONS
+    if precision not in allowed:
+        raise ValueError(f"precision must be one of {allowed}, got {precision!r}")
     if precision == "auto":
+        if training:
+            return "fp16" if device.type == "cuda" else "fp32"
         return "bf16" if native_bf16(device) else "fp32"
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError("fp16 autocast needs CUDA; use bf16 on the CPU")
     return precision
 
 
@@ -300,8 +308,11 @@ class SapEncoder:
                 from torch.ao.quantization import quantize_dynamic
 
                 model = quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
-            else:
-                model = copy.deepcopy(self.model).to(torch.bfloat16)
+            else:  # the copy gets bf16 tensors directly: no second fp32 copy to convert
+                memo: Dict[int, Any] = {
+                    id(p): torch.nn.Parameter(p.detach().to(torch.bfloat16), requires_grad=False) for p in self.model.parameters()
+                }
+                model = copy.deepcopy(self.model, memo).to(torch.bfloat16)
             self._inference_model, self._inference_key = model.eval(), key
         return self._inference_model
 

@@ -20,23 +20,32 @@ def _umask() -> int:
 
 
 @contextmanager
-def atomic_open(path: PathLike, mode: str = "w", encoding: str | None = "utf8") -> Iterator[IO[Any]]:
-    """Open a temporary file beside ``path``; rename it over ``path`` only on success."""
+def atomic_path(path: PathLike) -> Iterator[Path]:
+    """A temporary file name beside ``path`` for a writer that wants a name (FAISS, ``np.memmap``);
+    renamed over ``path`` only when the block succeeds, removed otherwise."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    binary = "b" in mode
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, mode, encoding=None if binary else encoding) as f:
+        yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+@contextmanager
+def atomic_open(path: PathLike, mode: str = "w", encoding: str | None = "utf8") -> Iterator[IO[Any]]:
+    """Open a temporary file beside ``path``; rename it over ``path`` only on success."""
+    binary = "b" in mode
+    with atomic_path(path) as tmp:
+        with open(tmp, mode, encoding=None if binary else encoding) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def write_json(path: PathLike, data: Any) -> None:
@@ -66,13 +75,20 @@ def atomic_dir(path: PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    replace_dir(tmp, path)
+
+
+def replace_dir(new: PathLike, path: PathLike) -> None:
+    """Put the complete folder ``new`` in place of ``path``: the old folder (if any) is moved aside
+    first and removed after the swap, so at every moment one complete folder is there."""
+    new, path = Path(new), Path(path)
     old = None
     if path.exists():
         old = path.with_name(f".{path.name}.old-{os.getpid()}")
         if old.exists():
             shutil.rmtree(old)
         os.replace(path, old)
-    os.replace(tmp, path)
+    os.replace(new, path)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 

@@ -6,7 +6,6 @@ UMLS-sized KBs, where a float32 flat index no longer fits in a laptop's memory.
 from __future__ import annotations
 
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple, Union
@@ -14,7 +13,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 import faiss
 import numpy as np
 
-from .fileio import FileStamp, file_stamp, read_json, stamped_path, write_json
+from .fileio import FileStamp, atomic_path, file_stamp, read_json, stamped_path, write_json
 
 INDEX_KINDS = ("flat", "flat-fp16", "sq8", "hnsw", "ivf-sq8", "ivf-fp16", "ivf-pq")
 INDEX_FILE = "index.faiss"
@@ -139,7 +138,7 @@ def _faiss_to_gpu(index: faiss.Index, device: str) -> Optional[faiss.Index]:
     try:
         clone = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), torch.device(device).index or 0, index, options)
     except RuntimeError as e:  # e.g. HNSW: no GPU implementation
-        warnings.warn(f"FAISS cannot move this index to {device} ({e}); it searches on the CPU")
+        warnings.warn(f"FAISS cannot move this index to {device} ({e}); it searches on the CPU", stacklevel=2)
         return None
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None:
@@ -390,14 +389,8 @@ class VectorIndex:
         """Write ``index.faiss`` and ``index.json`` into folder ``path``, each atomically."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{INDEX_FILE}.", suffix=".tmp", dir=path)
-        os.close(fd)
-        try:
-            faiss.write_index(self.index, tmp)
-            os.replace(tmp, path / INDEX_FILE)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        with atomic_path(path / INDEX_FILE) as tmp:
+            faiss.write_index(self.index, str(tmp))
         if self.rerank is not None:
             self._write_rerank(path / RERANK_FILE)
         write_json(path / INDEX_META, self.meta)
@@ -405,8 +398,7 @@ class VectorIndex:
     def _write_rerank(self, target: Path) -> None:
         """The re-scoring vectors as one fp16 ``.npy``, streamed chunk by chunk, then renamed."""
         assert self.rerank is not None
-        tmp = target.with_name(f".{target.name}.tmp")
-        try:
+        with atomic_path(target) as tmp:
             out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(len(self), self.dim))
             start, block = 0, 65536
             for chunk in self.rerank:  # arrays or NpyRows, a block at a time
@@ -416,10 +408,6 @@ class VectorIndex:
                 start += len(chunk)
             out.flush()
             del out
-            os.replace(tmp, target)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
 
     @classmethod
     def from_disk(cls, path: Union[str, Path], mmap: bool = True) -> "VectorIndex":

@@ -19,7 +19,6 @@ from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import filter_spans, minibatch
 
-
 RESOLVE_MODES = ("longest", "best", "all")
 _WORD = re.compile(r"[^\W_]+")
 # Function words: allowed inside a mention ("abnormality of the hand"), never at its edges, and not
@@ -31,6 +30,8 @@ STOPWORDS = frozenset(
 # Punctuation that may sit inside a mention ("tonic-clonic", "and/or", "Crohn's"); any other
 # punctuation token ends a candidate.
 INNER_PUNCT = frozenset({"-", "/", "'", "'s"})
+# Between the conjuncts of a coordinated mention ("breast and/or ovarian cancer").
+COORDINATORS = frozenset({"and", "or", "and/or", "/", ","})
 _BRITISH = (("aemia", "emia"), ("haem", "hem"), ("paed", "ped"), ("oedem", "edem"), ("oesoph", "esoph"),
             ("oestr", "estr"), ("foet", "fet"), ("coel", "cel"), ("diarrhoea", "diarrhea"), ("ischaem", "ischem"),
             ("leukaem", "leukem"), ("gynaec", "gynec"), ("orthopaed", "orthoped"), ("faec", "fec"))
@@ -75,7 +76,10 @@ class NameIndex:
     """The KB's vocabulary and its names as sets of content-word keys.
 
     A proposal's content words must be some name's, in any order ("type C brachydactyly"), or,
-    for names of three to six words, all but one of them.
+    for names of three to six words, all but one of them. Names written only in capitals
+    ("ALL", "CAN") match only capitals in the text; names without a letter ("1") are left out;
+    ``word_share`` says in what share of the names a word occurs ("disease": many), so that
+    single generic words can be held back.
     """
 
     def __init__(self, names: Iterable[str]):
@@ -84,15 +88,25 @@ class NameIndex:
         self.vocab: Set[str] = set(STOPWORDS)
         self.exact: Set[FrozenSet[str]] = set()
         self.partial: Set[FrozenSet[str]] = set()
+        self.capitals_only: Set[FrozenSet[str]] = set()
+        written_lower: Set[FrozenSet[str]] = set()
+        counts: Dict[str, int] = {}
+        n_names = 0
         for name in names:
             words = _WORD.findall(name)
-            keys = content_keys(words)
-            if not keys:
+            keys = frozenset(self.key(w) for w in words if w.lower() not in STOPWORDS)
+            if not keys or not any(k.isalpha() for k in keys):
                 continue
+            n_names += 1
+            for k in keys:
+                counts[k] = counts.get(k, 0) + 1
+            (self.capitals_only if name.isupper() else written_lower).add(keys)
             self.vocab.update(self.key(w) for w in words)
             self.exact.add(keys)
             if 3 <= len(keys) <= 6:
                 self.partial.update(keys - {k} for k in keys)
+        self.capitals_only -= written_lower
+        self.word_share = {k: c / n_names for k, c in counts.items()}
 
     def key(self, word: str) -> str:
         """``word_key``, remembered: running text repeats its words."""
@@ -132,12 +146,21 @@ class Proposal:
     kind: str
 
 
-def propose(doc: Doc, index: NameIndex, max_words: int = 8) -> List[Proposal]:
-    """Token n-grams of ``doc`` whose words are in the KB's vocabulary and nearly match a KB name."""
+def propose(
+    doc: Doc, index: NameIndex, max_words: int = 8, max_generic_share: float = 1.0, acronyms: bool = True
+) -> List[Proposal]:
+    """Token n-grams of ``doc`` whose words are in the KB's vocabulary and nearly match a KB name.
+
+    A single word found in more than ``max_generic_share`` of the KB's names ("disease") is not
+    proposed alone, nor, without ``acronyms``, a name written only in capitals ("VHL": more often
+    a gene than the disease; the abbreviations component adds the short forms a text defines). A coordination whose first conjunct completes the rest into a name
+    ("breast and ovarian cancer", "breast/ovarian cancer") is proposed whole; the linker splits it.
+    """
     # Per token: the keys of its content words (empty for a function word or inner punctuation),
     # or None where a mention cannot continue. Read from arrays: Token objects are slow to make.
     rows = doc.to_array([LOWER, IS_SPACE, SENT_START]).tolist() if len(doc) else []
-    keyed = [None if is_space else index.token_keys(lower, doc.vocab.strings) for lower, is_space, _ in rows]
+    strings = doc.vocab.strings
+    keyed = [None if is_space else index.token_keys(lower, strings) for lower, is_space, _ in rows]
     sent_start = [flag == 1 for _, _, flag in rows]
     found: List[Proposal] = []
     n = len(doc)
@@ -154,9 +177,23 @@ def propose(doc: Doc, index: NameIndex, max_words: int = 8) -> List[Proposal]:
             keys.extend(token_keys)
             if len(keys) > max_words:
                 break
-            kind = index.match(frozenset(keys))
-            if kind is not None:
-                found.append(Proposal(start, end, kind))
+            key_set = frozenset(keys)
+            kind = index.match(key_set)
+            if kind is None:
+                continue
+            if len(key_set) == 1 and index.word_share.get(keys[0], 0.0) > max_generic_share:
+                continue
+            if key_set in index.capitals_only and not (acronyms and doc[start:end].text.isupper()):
+                continue
+            found.append(Proposal(start, end, kind))
+            before = start - 1
+            while before >= 0 and strings[rows[before][0]] in COORDINATORS:
+                before -= 1
+            if end - start >= 2 and 0 <= before < start - 1 and keyed[before]:
+                # "breast and/or | ovarian cancer": does "breast" + "cancer" name something too?
+                head = key_set - frozenset(keyed[start])
+                if head and index.match(head | frozenset(keyed[before])) == "exact":  # type: ignore[arg-type]
+                    found.append(Proposal(before, end, "exact"))
     return found
 
 
@@ -185,6 +222,8 @@ def resolve_overlaps(spans: Sequence[Tuple[Span, float]], mode: str) -> List[Spa
         "partial_threshold": 0.96,
         "resolve": "longest",
         "max_words": 8,
+        "max_generic_share": 0.03,
+        "acronyms": True,
         "set_ents": True,
         "spans_key": None,
     },
@@ -198,13 +237,17 @@ def make_span_finder(
     partial_threshold: float,
     resolve: str,
     max_words: int,
+    max_generic_share: float,
+    acronyms: bool,
     set_ents: bool,
     spans_key: Optional[str],
 ) -> "SpanFinder":
     """``linker``: the name of the ``sapbert_linker`` whose KB, encoder and cache score the proposals."""
     return SpanFinder(
         nlp, name, linker=linker, label=label, threshold=threshold, partial_threshold=partial_threshold,
-        resolve=resolve, max_words=max_words, set_ents=set_ents, spans_key=spans_key,
+        resolve=resolve, max_words=max_words, max_generic_share=max_generic_share, acronyms=acronyms,
+        set_ents=set_ents,
+        spans_key=spans_key,
     )
 
 
@@ -222,6 +265,8 @@ class SpanFinder:
         partial_threshold: float = 0.96,
         resolve: str = "longest",
         max_words: int = 8,
+        max_generic_share: float = 0.03,
+        acronyms: bool = True,
         set_ents: bool = True,
         spans_key: Optional[str] = None,
     ):
@@ -239,6 +284,8 @@ class SpanFinder:
         self.partial_threshold = partial_threshold
         self.resolve = resolve
         self.max_words = max_words
+        self.max_generic_share = max_generic_share
+        self.acronyms = acronyms
         self.set_ents = set_ents
         self.spans_key = spans_key
         self._index: Optional[NameIndex] = None
@@ -290,7 +337,7 @@ class SpanFinder:
         written, an entity an earlier detector set) is never searched: it could not be kept.
         """
         index = self.name_index()
-        proposals = [propose(doc, index, self.max_words) for doc in docs]
+        proposals = [propose(doc, index, self.max_words, self.max_generic_share, self.acronyms) for doc in docs]
         minimum = {"exact": self.threshold, "partial": self.partial_threshold}
         if self.resolve != "longest":
             scores = self._scores({doc[p.start : p.end].text for doc, props in zip(docs, proposals) for p in props})

@@ -54,33 +54,37 @@ def test_scores_are_clipped_without_query_strings(kb_path, tiny_encoder):
     assert max(scores) == 1.0 and min(scores) >= -1.0
 
 
-def _outcomes(right, wrong, nil):
-    return [Outcome(s, True, True, True) for s in right] + [Outcome(s, True, False, True) for s in wrong] + [
-        Outcome(s, True, False, False) for s in nil
-    ]
+def _outcomes(right, wrong, nil, left_out=()):
+    return (
+        [Outcome(s, True, True, True) for s in right]
+        + [Outcome(s, True, False, True) for s in wrong]
+        + [Outcome(s, True, False, False) for s in nil]
+        + [Outcome(s, True, False, False, left_out=True) for s in left_out]
+    )
 
 
-def test_threshold_separates_right_answers_from_nil_cases():
+def test_threshold_maximises_f1_of_the_answers():
     outcomes = _outcomes(right=[0.9, 0.95, 1.0, 1.0], wrong=[0.7], nil=[0.6, 0.75, 0.8])
     t = choose_threshold(outcomes)
     assert t == 0.85  # halfway between the highest NIL score and the lowest right one
     at = evaluate_threshold(outcomes, t)
-    assert at["accuracy"] == 1.0 - 1 / 8 and at["precision"] == 1.0 and at["abstention"] == 0.2 and at["nil_abstention"] == 1.0
+    assert at["f1"] == round(8 / 9, 4) and at["precision"] == 1.0 and at["abstention"] == 0.2 and at["nil_abstention"] == 1.0
     zero = evaluate_threshold(outcomes, 0.0)
-    assert zero["accuracy"] == 4 / 8 and zero["abstention"] == 0.0 and zero["nil_abstention"] == 0.0
+    assert zero["f1"] == round(8 / 13, 4) and zero["abstention"] == 0.0 and zero["nil_abstention"] == 0.0
 
 
-def test_no_nil_cases_means_answer_everything_and_nil_weight_matters():
+def test_wrong_answers_below_right_ones_mean_answer_everything_and_nil_weight_matters():
     assert choose_threshold(_outcomes(right=[0.5, 0.9], wrong=[0.6], nil=[])) == -1.0
-    outcomes = _outcomes(right=[0.8, 0.9], wrong=[], nil=[0.85])
-    assert choose_threshold(outcomes, nil_weight=1.0) == -1.0  # abstaining on 0.85 costs the 0.8 right answer: a tie, lowest wins
+    outcomes = _outcomes(right=[0.8, 0.9], wrong=[], nil=[], left_out=[0.85])
+    assert choose_threshold(outcomes) == -1.0  # leave-gold-out cases are only reported by default
+    assert evaluate_threshold(outcomes, -1.0)["nil_abstention"] == 0.0
     assert choose_threshold(outcomes, nil_weight=3.0) == 0.875
 
 
 def test_mention_outcomes_leave_the_gold_concept_out_and_never_answer_ambiguous_names():
     cands = [("HP:1", "seizure", 0.97, False), ("HP:2", "headache", 0.81, False), ("HP:3", "fever", 0.5, False)]
-    in_kb, nil = mention_outcomes(cands, {"HP:1"}, in_kb=True)
-    assert in_kb == Outcome(0.97, True, True, True) and nil == Outcome(0.81, True, False, False)
+    in_kb, left_out = mention_outcomes(cands, {"HP:1"}, in_kb=True)
+    assert in_kb == Outcome(0.97, True, True, True) and left_out == Outcome(0.81, True, False, False, left_out=True)
     ambiguous = [("HP:4", "ms", 1.0, True), ("HP:5", "ms", 1.0, True)]
     assert mention_outcomes(ambiguous, {"HP:4"}, in_kb=True)[0] == Outcome(1.0, False, False, True)
     assert mention_outcomes(ambiguous, {"HP:4"}, in_kb=True, ambiguous="first")[0].correct
@@ -144,9 +148,43 @@ def test_calibrate_kb_folder_on_dev_documents(kb_path, tiny_bert_path, tmp_path)
     ])
     record = calibrate_kb_folder(kb_path, [doc], "tiny dev", encoder=tiny_bert_path)
     try:
-        assert record["cases"] == {"in_kb": 2, "nil": 3}
-        assert record["at_threshold"]["accuracy"] >= record["at_zero"]["accuracy"]
+        assert record["cases"] == {"in_kb": 2, "nil": 1, "left_out": 2}
+        assert record["at_threshold"]["f1"] >= record["at_zero"]["f1"]
         assert -1.0 <= record["threshold"] <= 1.0 and record["curve"][-1]["threshold"] == 1.0
         assert LinkingKB.from_disk(kb_path).calibrated_threshold == record["threshold"]
+    finally:
+        store_calibration(kb_path, {"threshold": None})
+
+
+def test_shipped_calibration_is_stamped_for_its_encoder_only(kb_path, tiny_encoder, tmp_path):
+    from spacy_sapbert.calibration import apply_shipped_calibration
+    from spacy_sapbert.fileio import write_json
+
+    shipped = tmp_path / "shipped.json"
+    write_json(shipped, {"threshold": 0.9, "dev": "GSC+ dev", "encoder_fingerprint": "another encoder"})
+    assert not apply_shipped_calibration(kb_path, tiny_encoder.fingerprint, shipped)
+    assert LinkingKB.from_disk(kb_path).calibrated_threshold is None
+    write_json(shipped, {"threshold": 0.9, "dev": "GSC+ dev", "encoder_fingerprint": tiny_encoder.fingerprint})
+    try:
+        assert apply_shipped_calibration(kb_path, tiny_encoder.fingerprint, shipped)
+        assert LinkingKB.from_disk(kb_path).calibrated_threshold == 0.9
+    finally:
+        store_calibration(kb_path, {"threshold": None})
+
+
+def test_shipped_calibration_replaces_an_older_shipped_one_but_not_the_users(kb_path, tiny_encoder, tmp_path):
+    from spacy_sapbert.calibration import apply_shipped_calibration
+    from spacy_sapbert.fileio import write_json
+
+    shipped = tmp_path / "shipped.json"
+    write_json(shipped, {"threshold": 0.9, "encoder_fingerprint": tiny_encoder.fingerprint})
+    try:
+        apply_shipped_calibration(kb_path, tiny_encoder.fingerprint, shipped)
+        write_json(shipped, {"threshold": 0.8, "encoder_fingerprint": tiny_encoder.fingerprint})
+        assert apply_shipped_calibration(kb_path, tiny_encoder.fingerprint, shipped)
+        assert LinkingKB.from_disk(kb_path).calibrated_threshold == 0.8
+        store_calibration(kb_path, {"threshold": 0.5, "dev": "the user's own"})
+        assert not apply_shipped_calibration(kb_path, tiny_encoder.fingerprint, shipped)
+        assert LinkingKB.from_disk(kb_path).calibrated_threshold == 0.5
     finally:
         store_calibration(kb_path, {"threshold": None})

@@ -31,7 +31,7 @@ def kb_path(tiny_encoder, tmp_path_factory):
 def finder_nlp(kb_path, encoder_path, **span_finder):
     return build_pipeline(
         kb_path, "span_finder", encoder=encoder_path, label="DISEASE", linker_config=FP32,
-        span_finder_config={"threshold": 0.0, "partial_threshold": 0.0, **span_finder},
+        span_finder_config={"threshold": 0.0, "partial_threshold": 0.0, "max_generic_share": 1.0, **span_finder},
     )
 
 
@@ -53,6 +53,19 @@ def test_name_index_matches_exact_reordered_and_partial_names():
     assert index.match(content_keys("left ventricle".split())) == "partial"  # one of three words missing
     assert index.match(content_keys("brachydactyly".split())) is None  # one word of two is not enough
     assert "ventricle" in index.vocab and "the" in index.vocab
+
+
+def test_generic_words_capital_names_and_coordinations():
+    nlp = spacy.blank("en")
+    names = ["Cancer", "Breast cancer", "Ovarian cancer", "Lung cancer", "ALL", "Acute lymphoblastic leukemia", "1"]
+    index = NameIndex(names)
+    assert index.word_share["cancer"] == 4 / 6  # "1" has no letter: not a name here
+    doc = nlp("All had cancer, ALL and breast and/or ovarian cancer.")
+    texts = lambda **kw: sorted(doc[p.start : p.end].text for p in propose(doc, index, **kw))  # noqa: E731
+    assert "cancer" in texts() and "cancer" not in texts(max_generic_share=0.5)
+    assert "ALL" in texts() and "All" not in texts()  # a name written in capitals matches capitals only
+    assert "ALL" not in texts(acronyms=False)
+    assert "breast and/or ovarian cancer" in texts()  # "breast" + "cancer" is a name too: one coordinated proposal
 
 
 def test_proposals_never_start_or_end_on_function_words_or_cross_sentences():
@@ -171,6 +184,6 @@ def test_build_pipeline_command_saves_a_loadable_pipeline(kb_path, tiny_bert_pat
     assert nlp.meta["name"] == "tiny" and nlp.meta["version"] == "1.2.3"
     assert nlp.pipe_names[0] == "sapbert_span_finder" and nlp.pipe_names[-1] == "sapbert_linker"
     assert "negex" in nlp.pipe_names and "sapbert_abbreviations" in nlp.pipe_names
-    assert [e.text for e in nlp("Two tumours.").ents] == ["tumours"]
+    assert [e.text for e in nlp("Two breast cancers.").ents] == ["breast cancers"]
     bad = CliRunner().invoke(app, ["build-pipeline", str(tmp_path / "x"), "--kb", str(kb_path), "--kb", "A=" + str(kb_path)])
     assert bad.exit_code != 0

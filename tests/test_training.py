@@ -19,7 +19,7 @@ from training.data import (
     read_pair_file,
     shard,
 )
-from training.losses import registry
+from training.registry import registry
 from training.runlog import MetricsLog, read_log
 from training.trainer import lr_lambda, steps_per_epoch
 

@@ -63,6 +63,7 @@ def test_report_plots_and_rewrites_only_its_readme_block(tmp_path):
     text = readme.read_text(encoding="utf8")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "old" not in text and text.endswith(f"{END}\n\nkept\n")
+    assert "](curve.png)" in text  # linked relative to the README's folder (benchmarks/README.md in the repo)
     assert "| 0.0 | 0 | 79.69 | 77.69 | 79.69 | 77.69 |" in text
     assert "| 20.0 | 20 | 81.25 | 79.25 | 81.25 | 79.25 |" in text
     assert "20 steps of 100" in text and "stopped by the time budget" in text and "1.1 pairs/s" in text

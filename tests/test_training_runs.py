@@ -27,8 +27,8 @@ from conftest import make_tiny_bert
 from safetensors.torch import load_file
 
 from spacy_sapbert.encoder import SapEncoder
-from training.config import load_config
 from spacy_sapbert.evaluation.datasets import Mention, read_pubtator
+from training.config import load_config
 from training.dev_eval import accuracy_at_1
 from training.trainer import Trainer, train
 

@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 
-from .losses import registry
+from .registry import registry
 
 PEFT_MISSING = (
     "[training.adapter] {name} needs the optional package 'peft': "

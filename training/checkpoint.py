@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterator, List, Optional
 import torch
 from safetensors.torch import load_file, save_file
 
-from spacy_sapbert.fileio import read_json, write_json
+from spacy_sapbert.fileio import read_json, replace_dir, write_json
 
 STATE_FILE = "state.json"
 MODEL_FILE = "model.safetensors"
@@ -167,9 +167,7 @@ def publish(staging: Path, root: Path, step: int, keep: int) -> Path:
     """Checksum a complete staging folder, rename it into place and drop all but the newest ``keep``."""
     write_checksums(staging)
     final = root / checkpoint_name(step)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(staging, final)
+    replace_dir(staging, final)
     if keep > 0:
         for old in list_checkpoints(root)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)

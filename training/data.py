@@ -16,7 +16,7 @@ import torch
 from spacy_sapbert.normalize import normalize_name
 from spacy_sapbert.records import InputError
 
-from .losses import registry
+from .registry import registry
 
 Plan = List[np.ndarray]
 

@@ -23,6 +23,7 @@ from spacy_sapbert.records import ConceptRecord
 
 from .runlog import read_log
 
+
 def load_mentions(dataset: str, data_dir: Path = DEFAULT_DATA_DIR) -> List[Mention]:
     """The raw linkable test mentions of a benchmark (no preprocessing: the quick metric)."""
     return [m for d in load_split(dataset, "test", data_dir) for m in d.mentions if m.ids]

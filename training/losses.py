@@ -7,21 +7,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-import catalogue
-import confection
 import torch
 from pytorch_metric_learning import losses, miners
 from pytorch_metric_learning.losses import BaseMetricLossFunction
 from pytorch_metric_learning.miners import BaseMiner
 
-
-class registry(confection.registry):
-    """Config registries of the trainer: ``@losses``, ``@miners``, ``@batchers`` and ``@adapters`` blocks."""
-
-    losses = catalogue.create("spacy_sapbert_training", "losses", entry_points=False)
-    miners = catalogue.create("spacy_sapbert_training", "miners", entry_points=False)
-    batchers = catalogue.create("spacy_sapbert_training", "batchers", entry_points=False)
-    adapters = catalogue.create("spacy_sapbert_training", "adapters", entry_points=False)
+from .registry import registry
 
 
 class ZeroLoss(BaseMetricLossFunction):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import random
-import resource
 import shutil
 import sys
 import time
@@ -23,8 +22,9 @@ import numpy as np
 import torch
 from confection import Config
 
-from spacy_sapbert.encoder import SapEncoder, select_device
+from spacy_sapbert.encoder import TRAINING_PRECISIONS, SapEncoder, resolve_precision, select_device
 from spacy_sapbert.fileio import read_json, write_json
+from spacy_sapbert.machine import peak_rss_mb
 
 from . import checkpoint as ckpt
 from .adapter import LoraAdapter, count_parameters, merged_copy
@@ -38,10 +38,9 @@ from .distributed import (
     wrap_loss_and_miner,
     wrap_model,
 )
-from .losses import compute_loss, registry
+from .losses import compute_loss
+from .registry import registry
 from .runlog import MetricsLog
-
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -69,8 +68,8 @@ class TrainSettings:
     snapshot_every_minutes: float = 0.0
 
     def validate(self) -> "TrainSettings":
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"training.precision must be one of {PRECISIONS}")
+        if self.precision not in TRAINING_PRECISIONS:
+            raise ValueError(f"training.precision must be one of {TRAINING_PRECISIONS}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"training.schedule must be one of {SCHEDULES}")
         return self
@@ -116,15 +115,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """``auto`` is the authors' ``--amp`` (fp16 autocast with loss scaling) on CUDA, fp32 on the CPU."""
-    if precision == "auto":
-        return "fp16" if device.type == "cuda" else "fp32"
-    if precision == "fp16" and device.type != "cuda":
-        raise ValueError("fp16 autocast needs CUDA; use bf16 on the CPU")
-    return precision
 
 
 def autocast_context(precision: str, device: torch.device):
@@ -182,7 +172,7 @@ def steps_per_epoch(n_pairs: int, batch_size: int, min_batch: int) -> int:
 
 def peak_memory_mb(device: torch.device) -> Dict[str, float]:
     """Peak resident memory of this process (and peak CUDA memory when on a GPU)."""
-    out = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    out = {"peak_rss_mb": peak_rss_mb()}
     if device.type == "cuda":
         out["peak_cuda_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     return out
@@ -212,7 +202,7 @@ class Trainer:
 
         enc = resolved["encoder"]
         self.device = select_device(device)
-        self.precision = resolve_precision(self.settings.precision, self.device)
+        self.precision = resolve_precision(self.settings.precision, self.device, training=True)
         self.encoder = SapEncoder.load(
             enc["path"], pooling=enc["pooling"], max_length=enc["max_length"], device=str(self.device),
             precision="bf16" if self.precision == "bf16" else "fp32",  # inference inside training (batch plans)

@@ -19,6 +19,10 @@ from scipy import sparse
 
 from ..kb import ConceptKB
 
+# The program that runs under the scispacy environment lives with the benchmarks (it imports
+# nothing from this package); the scispacy baseline runs from a source checkout.
+SCISPACY_WORKER = Path(__file__).resolve().parents[2] / "benchmarks" / "scispacy_worker.py"
+
 
 class ExactMatchRanker:
     """The name row spelled exactly like the query (after normalisation), or nothing."""
@@ -106,12 +110,14 @@ def scispacy_entities(kb: ConceptKB) -> List[Dict[str, object]]:
 
 
 def run_scispacy_worker(python: Union[str, Path], request: Dict[str, object]) -> Dict[str, object]:
-    """Send ``request`` to ``scispacy_worker.py`` under ``python`` (an environment with scispacy) and return its answer."""
+    """Send ``request`` to ``benchmarks/scispacy_worker.py`` under ``python`` (an environment with
+    scispacy) and return its answer."""
+    if not SCISPACY_WORKER.is_file():
+        raise FileNotFoundError(f"{SCISPACY_WORKER}: the scispacy baseline runs from a source checkout of spacy-sapbert")
     with tempfile.TemporaryDirectory(prefix="scispacy-") as tmp:
         request_path, reply = Path(tmp) / "in.json", Path(tmp) / "out.json"
         request_path.write_text(json.dumps(request), encoding="utf8")
-        worker = Path(__file__).with_name("scispacy_worker.py")
-        subprocess.run([str(python), str(worker), str(request_path), str(reply)], check=True)
+        subprocess.run([str(python), str(SCISPACY_WORKER), str(request_path), str(reply)], check=True)
         return json.loads(reply.read_text(encoding="utf8"))
 
 

@@ -274,12 +274,12 @@ def evaluate_end_to_end(
     documents, with the linker's cache emptied in between (loading the KB is excluded);
     ``peak_rss_mb`` is this process's peak (the dictionary KB is built in a child process).
     """
+    from ..machine import machine_description, peak_rss_mb
     from ..pipelines import DETECTORS as PIPELINE_DETECTORS
-    from ..pipelines import build_pipeline
+    from ..pipelines import SHIPPED_NER, build_pipeline
     from ..search import LinkingKB
     from .gold_spans import find_linker
-    from .report import machine_description
-    from .runner import DICTIONARIES, concept_aliases, peak_rss_mb, set_threads
+    from .runner import DICTIONARIES, concept_aliases, set_threads
 
     if detector not in PIPELINE_DETECTORS or detector == "gold":
         raise ValueError(f"detector must be one of {[d for d in PIPELINE_DETECTORS if d != 'gold']}, got {detector!r}")
@@ -288,6 +288,8 @@ def evaluate_end_to_end(
     spec = SPECS.get(dataset)
     if spec is None:
         raise ValueError(f"unknown benchmark {dataset!r}; choose one of {sorted(SPECS)}")
+    if detector.startswith("ner") and ner_model is None and not SHIPPED_NER.exists():
+        raise FileNotFoundError(f"no shipped NER pipeline at {SHIPPED_NER}: train it (spacy project run train-ner) or pass ner_model")
     documents = load_documents(dataset, "test", data_dir)
     warmup = [d.text for d in load_documents(dataset, "train", data_dir)[:WARMUP_DOCS]]
 

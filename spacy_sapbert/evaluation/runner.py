@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +25,7 @@ from ..encoder import SapEncoder, resolve_encoder_path
 from ..fileio import atomic_open, write_json
 from ..index import VectorIndex
 from ..kb import ConceptKB
+from ..machine import peak_rss_mb
 from ..normalize import normalize_name
 from ..records import ConceptRecord
 from ..search import META_FILE, LinkingKB
@@ -169,12 +168,6 @@ def dictionary_kb_folder(
     return folder, info
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory in MB."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
-
-
 def set_threads(threads: int) -> None:
     import faiss
     import torch
@@ -224,29 +217,30 @@ def _pipeline_rankings(
     composites: bool,
     spelling: bool,
     progress: bool,
-) -> Tuple[List[List[Ranking]], Dict[str, object], float, int]:
+) -> Tuple[List[List[Ranking]], Dict[str, object], float, int, Optional[List[List[Ranking]]]]:
     """Per test query, the linker's rankings (one per linked part), read from ``nlp.pipe`` over
-    the test documents with the gold spans set; also what to record, the pipeline's seconds and
-    the number of searched strings."""
+    the test documents with the gold spans set; also what to record, the pipeline's seconds, the
+    number of searched strings and, when the spell-check list was applied, the rankings without it
+    (its measured effect: the one preprocessing step left outside the pipeline)."""
     folder, kb_info = dictionary_kb_folder(kb, encoder, cache_dir, batch_size, progress)
     nlp = gold_span_pipeline(folder, LinkingKB.from_disk(folder), encoder, abbreviations=abbreviations, composites=composites, batch_size=batch_size)
     fixes = load_spelling(dataset, data_dir) if spelling else None
-    links = link_gold_mentions(nlp, datasets.load_split(dataset, "test", data_dir), fixes, batch_size=batch_size)
-    rankings: List[List[Ranking]] = []
-    searched = 0
-    for q in test:
-        parts = links.parts.get((q.doc_id, q.start, q.end)) or [("", [])]
-        searched += len(parts)
-        rankings.append([ranking_of(cands) for _, cands in parts])
+    documents = datasets.load_split(dataset, "test", data_dir)
+    links = link_gold_mentions(nlp, documents, fixes, batch_size=batch_size)
+
+    def rankings_of(found) -> List[List[Ranking]]:
+        return [[ranking_of(cands) for _, cands in found.parts.get((q.doc_id, q.start, q.end)) or [("", [])]] for q in test]
+
+    without = rankings_of(link_gold_mentions(nlp, documents, None, batch_size=batch_size)) if fixes else None
     info: Dict[str, object] = {
         "encoder": encoder.describe(),
         "pipeline": [name for name, _ in nlp.pipeline],
         "pipeline_options": {"abbreviations": abbreviations, "split_composites": composites, "linker_top_k": LINKER_TOP_K},
-        "outside_pipeline": {"spelling_list": bool(fixes)},
         "gold_spans": links.stats(),
         **kb_info,
     }
-    return rankings, info, links.seconds, searched
+    rankings = rankings_of(links)
+    return rankings, info, links.seconds, sum(len(r) for r in rankings), without
 
 
 def _rankings(queries: Sequence[Query], rows: Sequence[Sequence[int]], kb: ConceptKB) -> List[List[List[List[str]]]]:
@@ -310,12 +304,13 @@ def evaluate(
     t0 = time.perf_counter()
     kb = build_dictionary(dataset, dictionary, seen, data_dir, resources_dir)
     system_info: Dict[str, object] = {}
+    without_spelling: Optional[List[List[Ranking]]] = None
     with contextlib.ExitStack() as stack:
         if system == "encoder":
             encoder = SapEncoder.load(resolve_encoder_path(encoder_path), device=device, precision=precision)
             if cache_dir is None:
                 cache_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="sapbert-eval-"))
-            rankings, system_info, query_s, searched = _pipeline_rankings(
+            rankings, system_info, query_s, searched, without_spelling = _pipeline_rankings(
                 dataset, test, kb, encoder, cache_dir, data_dir, batch_size, abbreviations, composites, spelling, progress
             )
             setup_s = time.perf_counter() - t0 - query_s
@@ -334,6 +329,12 @@ def evaluate(
 
     aliases = concept_aliases(kb)
     scores = score_queries([q.gold for q in test], rankings, aliases)
+    if system == "encoder":  # what the pipeline cannot do itself, and what it is worth
+        fixes = load_spelling(dataset, data_dir) if spelling else None
+        outside: Dict[str, object] = {"spelling_list": len(fixes or {})}  # entries applied before nlp.pipe
+        if without_spelling is not None:
+            outside["without_spelling_list"] = summarize(score_queries([q.gold for q in test], without_spelling, aliases))
+        system_info["outside_pipeline"] = outside
     known_ids: Set[str] = set(kb.concept_ids) | {a for xs in aliases.values() for a in xs}
 
     return {

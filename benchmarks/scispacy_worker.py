@@ -43,7 +43,9 @@ class _Threads:
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the parent)."""
+    """This process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the parent).
+
+    ``spacy_sapbert.machine.peak_rss_mb``'s rule, repeated because this runs where spacy_sapbert is not installed."""
     with open("/proc/self/status") as f:
         return int(re.search(r"VmHWM:\s+(\d+)", f.read())[1]) / 1024
 
