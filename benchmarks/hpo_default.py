@@ -23,6 +23,7 @@ from typing import Dict, List, Sequence
 
 import spacy
 import torch
+from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
 
 from spacy_sapbert.defaults import DEFAULT_DETECTOR, HPO_SPAN_FINDER, default_kb_path
 from spacy_sapbert.evaluation.datasets import DEFAULT_DATA_DIR, read_gscplus, read_pubtator

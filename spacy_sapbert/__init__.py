@@ -41,8 +41,8 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover
     from .defaults import default_pipeline
     from .encoder import EncoderSettings, SapEncoder
-    from .pipelines import build_pipeline
     from .kb import ConceptKB
+    from .pipelines import build_pipeline
     from .records import ConceptRecord, InputError
     from .search import Candidate, EncoderMismatchError, LinkingKB
 

@@ -329,7 +329,11 @@ def build_pipeline_command(
 
 @app.command("evaluate")
 def evaluate(
-    dataset: str = typer.Option(..., help="ncbi-disease, bc5cdr-disease or bc5cdr-chemical"),
+    dataset: Optional[str] = typer.Option(None, help="ncbi-disease, bc5cdr-disease or bc5cdr-chemical (or --test-file)"),
+    test_file: Optional[Path] = typer.Option(None, exists=True, help="Your own test corpus: PubTator, or BioSyn .concept with --text-file (gold spans)"),
+    text_file: Optional[Path] = typer.Option(None, exists=True, help="With a .concept --test-file: the PubTator file with the documents' texts"),
+    dictionary_file: Optional[Path] = typer.Option(None, exists=True, help="With --test-file: the dictionary to link against"),
+    dictionary_format: str = typer.Option("auto", help="Format of --dictionary-file: auto or any build-kb --format"),
     encoder: Optional[str] = typer.Option(None, help="Encoder folder (default: offline MiniLM)"),
     dictionary: str = typer.Option("paper", help="paper (ontology + train/dev mentions) or ontology"),
     system: str = typer.Option("encoder", help="Gold spans: encoder (sapbert_linker in nlp.pipe), exact or tfidf"),
@@ -345,6 +349,15 @@ def evaluate(
     threads: int = typer.Option(1, help="torch and FAISS threads"),
 ) -> None:
     """Linking on gold spans (lenient/strict Acc@1/@5), or --end-to-end mention/link/document P/R/F1, as JSON."""
+    if test_file is not None:
+        from .evaluation.datasets import custom_benchmark
+
+        if dataset is not None or dictionary_file is None or end_to_end:
+            raise typer.BadParameter("--test-file takes --dictionary-file instead of --dataset (gold spans only)")
+        fmt = _guess_format(dictionary_file) if dictionary_format == "auto" else dictionary_format
+        dataset = custom_benchmark(test_file, dictionary_file, fmt, text_file)  # type: ignore[assignment]
+    elif dataset is None:
+        raise typer.BadParameter("give --dataset, or --test-file and --dictionary-file")
     if end_to_end:
         from .evaluation.end_to_end import end_to_end_command
 

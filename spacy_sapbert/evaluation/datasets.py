@@ -176,11 +176,12 @@ class BenchmarkSpec:
     name: str
     mention_files: Mapping[str, str]
     text_files: Mapping[str, str]  # only for ``.concept`` benchmarks: the PubTator file with the texts
-    dictionary: str  # "medic" or "mesh-chemical"
+    dictionary: str  # "medic", "mesh-chemical", or a dictionary file read with ``dictionary_format``
     dictionary_label: str
     spelling_file: Optional[str]
-    paper_test_mentions: int
-    paper_acc: Tuple[float, float]  # SapBERT paper, Acc@1 / Acc@5 (cited, not measured here)
+    paper_test_mentions: Optional[int]
+    paper_acc: Optional[Tuple[float, float]]  # SapBERT paper, Acc@1 / Acc@5 (cited, not measured here)
+    dictionary_format: Optional[str] = None  # a user's dictionary: any ``build-kb`` format
 
 
 MEDIC_FILE = "medic/medic_06Jul2012.txt"
@@ -230,7 +231,36 @@ BENCHMARKS: Dict[str, BenchmarkSpec] = {
 }
 
 
-def get_benchmark(name: str) -> BenchmarkSpec:
+Dataset = Union[str, BenchmarkSpec]  # a built-in benchmark's name, or a spec (``custom_benchmark``)
+
+
+def custom_benchmark(
+    test_file: PathLike, dictionary_file: PathLike, dictionary_format: str, text_file: Optional[PathLike] = None
+) -> BenchmarkSpec:
+    """A user's own test corpus (PubTator, or BioSyn ``.concept`` with ``text_file``, the PubTator file
+    holding its documents' texts) and dictionary (read with any ``build-kb`` format), evaluated the way
+    the built-in benchmarks are; there are no train/dev mentions, so its ``paper`` dictionary is the
+    dictionary alone."""
+    test_path, dictionary_path = Path(test_file).resolve(), Path(dictionary_file).resolve()
+    if test_path.suffix == ".concept" and text_file is None:
+        raise ValueError(f"{test_file}: a .concept file has no document texts; pass the PubTator file with them (--text-file)")
+    return BenchmarkSpec(
+        name=f"custom:{test_path.name}",
+        mention_files={"test": str(test_path)},
+        text_files={"test": str(Path(text_file).resolve())} if text_file is not None else {},
+        dictionary=str(dictionary_path),
+        dictionary_label=f"{dictionary_path.name} ({dictionary_format})",
+        spelling_file=None,
+        paper_test_mentions=None,
+        paper_acc=None,
+        dictionary_format=dictionary_format,
+    )
+
+
+def get_benchmark(name: Union[str, BenchmarkSpec]) -> BenchmarkSpec:
+    """A built-in benchmark by name (a ``BenchmarkSpec``, e.g. from ``custom_benchmark``, passes through)."""
+    if isinstance(name, BenchmarkSpec):
+        return name
     try:
         return BENCHMARKS[name]
     except KeyError:
@@ -246,7 +276,7 @@ def _existing(data_dir: Path, rel: str) -> Path:
     return path
 
 
-def load_split(name: str, split: str, data_dir: PathLike = DEFAULT_DATA_DIR) -> List[Document]:
+def load_split(name: Union[str, BenchmarkSpec], split: str, data_dir: PathLike = DEFAULT_DATA_DIR) -> List[Document]:
     """The documents (text + gold mentions) of one split of one benchmark."""
     spec = get_benchmark(name)
     if split not in spec.mention_files:
@@ -259,16 +289,20 @@ def load_split(name: str, split: str, data_dir: PathLike = DEFAULT_DATA_DIR) -> 
     return read_pubtator(path)
 
 
-def spelling_path(name: str, data_dir: PathLike = DEFAULT_DATA_DIR) -> Optional[Path]:
+def spelling_path(name: Union[str, BenchmarkSpec], data_dir: PathLike = DEFAULT_DATA_DIR) -> Optional[Path]:
     spec = get_benchmark(name)
     return _existing(Path(data_dir), spec.spelling_file) if spec.spelling_file else None
 
 
 def dictionary_records(
-    name: str, data_dir: PathLike = DEFAULT_DATA_DIR, resources_dir: PathLike = DEFAULT_RESOURCES_DIR
+    name: Union[str, BenchmarkSpec], data_dir: PathLike = DEFAULT_DATA_DIR, resources_dir: PathLike = DEFAULT_RESOURCES_DIR
 ) -> Iterator[ConceptRecord]:
     """The ontology a benchmark links against: MEDIC 2012, or the MeSH-2024 chemical substitute."""
     spec = get_benchmark(name)
+    if spec.dictionary_format is not None:
+        from ..ontologies import reader_for
+
+        return reader_for(spec.dictionary_format)(Path(spec.dictionary))
     if spec.dictionary == "medic":
         return read_medic_dictionary(_existing(Path(data_dir), MEDIC_FILE))
     from ..ontologies.mesh import mesh_chemical_records  # written alongside; imported only when needed

@@ -43,20 +43,21 @@ VECTOR_CHUNK = 20_000  # dictionary names per cached vector file
 PathLike = Union[str, Path]
 
 
-def load_spelling(dataset: str, data_dir: PathLike = datasets.DEFAULT_DATA_DIR) -> Optional[Dict[str, str]]:
+def load_spelling(dataset: "datasets.Dataset", data_dir: PathLike = datasets.DEFAULT_DATA_DIR) -> Optional[Dict[str, str]]:
     """The benchmark's spell-check list (NCBI-disease's), or None."""
     path = datasets.spelling_path(dataset, data_dir)
     return load_spelling_fixes(path) if path else None
 
 
-def load_queries(dataset: str, split: str, data_dir: PathLike = datasets.DEFAULT_DATA_DIR) -> Tuple[List[Query], Dict[str, int]]:
+def load_queries(dataset: "datasets.Dataset", split: str, data_dir: PathLike = datasets.DEFAULT_DATA_DIR) -> Tuple[List[Query], Dict[str, int]]:
     """The preprocessed queries of one split and the count of every preprocessing step."""
     return preprocess_documents(datasets.load_split(dataset, split, data_dir), load_spelling(dataset, data_dir))
 
 
-def seen_queries(dataset: str, data_dir: PathLike = datasets.DEFAULT_DATA_DIR) -> List[Query]:
+def seen_queries(dataset: "datasets.Dataset", data_dir: PathLike = datasets.DEFAULT_DATA_DIR) -> List[Query]:
     """The train and dev queries: the mentions the ``paper`` dictionary adds to the ontology."""
-    return [q for split in ("train", "dev") for q in load_queries(dataset, split, data_dir)[0]]
+    splits = [s for s in ("train", "dev") if s in datasets.get_benchmark(dataset).mention_files]
+    return [q for split in splits for q in load_queries(dataset, split, data_dir)[0]]
 
 
 def _primary_ids(records: Sequence[ConceptRecord]) -> Dict[str, str]:
@@ -84,7 +85,7 @@ def _mention_records(queries: Iterable[Query], primary_of: Dict[str, str]) -> It
 
 
 def build_dictionary(
-    dataset: str,
+    dataset: "datasets.Dataset",
     dictionary: str,
     train_queries: Sequence[Query],
     data_dir: PathLike = datasets.DEFAULT_DATA_DIR,
@@ -206,7 +207,7 @@ def gold_span_pipeline(kb_folder: PathLike, linking_kb: LinkingKB, encoder: SapE
 
 
 def _pipeline_rankings(
-    dataset: str,
+    dataset: "datasets.Dataset",
     test: Sequence[Query],
     kb: ConceptKB,
     encoder: SapEncoder,
@@ -269,7 +270,7 @@ def _seen_breakdown(scores: QueryScores, test: Sequence[Query], seen: Sequence[Q
 
 
 def evaluate(
-    dataset: str,
+    dataset: "datasets.Dataset",
     encoder_path: Optional[PathLike] = None,
     dictionary: str = "paper",
     system: str = "encoder",
@@ -338,7 +339,7 @@ def evaluate(
     known_ids: Set[str] = set(kb.concept_ids) | {a for xs in aliases.values() for a in xs}
 
     return {
-        "dataset": dataset,
+        "dataset": spec.name,
         "dictionary": dictionary,
         "dictionary_label": spec.dictionary_label + (" + train/dev mentions" if dictionary == "paper" else ""),
         "system": system,
@@ -362,7 +363,7 @@ def evaluate(
 
 
 def evaluate_command(
-    dataset: str,
+    dataset: "datasets.Dataset",
     encoder: Optional[str] = None,
     dictionary: str = "paper",
     output: Optional[PathLike] = None,
