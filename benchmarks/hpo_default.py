@@ -1,6 +1,6 @@
 """The default HPO pipeline's detector: tuned on GSC+ dev, its misses by kind, and its speed.
 
-    python benchmarks/hpo_default.py [--gsc ../shared/data/gscplus-dev/GSCplus_dev_gold.tsv] [--threads 2]
+    python benchmarks/hpo_default.py [--gsc ../shared/data/gscplus-dev/GSCplus_dev_gold.tsv] [--threads 1]
 
 1. Scores the exact-name ruler and a grid of span-finder settings on GSC+ dev (phenotype mentions in
    PubMed abstracts, HPO ids) end to end through ``nlp.pipe``, with the end-to-end metrics;
@@ -149,7 +149,7 @@ def render(result: Dict[str, object]) -> str:
 def main(argv: Sequence[str] = ()) -> Dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gsc", type=Path, default=GSC_DEV)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (2 threads thrash when another process holds a core)")
     parser.add_argument("--output", type=Path, default=OUT)
     parser.add_argument("--render-only", action="store_true", help="re-render the README block from the JSON")
     args = parser.parse_args(list(argv) or None)

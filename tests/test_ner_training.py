@@ -144,7 +144,6 @@ def test_budget_stops_a_tiny_training_run(tiny_run, tmp_path):
     assert nlp.config["training"]["batcher"]["@batchers"] == "spacy.batch_by_words.v1"
 
 
-@pytest.mark.slow
 def test_export_loads_without_the_training_package(tiny_run, tmp_path):
     """A fresh interpreter that never imports training/ loads the export, tokenizer rules included."""
     export_pipeline(tiny_run / "model-best", tmp_path / "exported")
@@ -170,7 +169,6 @@ def test_evaluate_ner_exact_spans_per_label(tmp_path):
     assert evaluate_ner(nlp, docs, ("Disease",))["micro"]["pred"] == 3  # other labels ignored
 
 
-@pytest.mark.skipif(not (SHIPPED / "meta.json").is_file(), reason="the trained NER is not in the package yet")
 def test_shipped_model_finds_a_disease_and_can_be_sourced():
     nlp = spacy.load(SHIPPED)
     assert nlp.pipe_names == ["ner"]
