@@ -124,7 +124,7 @@ def _load_pipeline(pipeline: Optional[Path], kb: Optional[Path], encoder: Option
     if pipeline is not None:
         return spacy.load(pipeline)
     if kb is not None:
-        return build_pipeline(kb, detector, encoder=encoder, linker_config={"top_k": top_k})
+        return build_pipeline(kb, detector, encoder=encoder, negation=True, linker_config={"top_k": top_k})
     return default_pipeline(encoder, detector=detector)
 
 
@@ -142,7 +142,10 @@ def span_records(doc, linker) -> List[Dict[str, Any]]:
     spans = linker.spans_to_link(doc)
     if not spans:
         return []
+    from spacy.tokens import Span
+
     kb = linker.linking_kb.kb
+    negation = Span.has_extension("negex")  # set by negspacy's negex when the pipeline has it
     out = []
     for span in spans:
         cui = span._.get(linker.cui_attr)
@@ -159,6 +162,7 @@ def span_records(doc, linker) -> List[Dict[str, Any]]:
                 "matched_name": top[1] if top and cui else None,
                 "score": round(top[2], 4) if top else None,
                 "ambiguous": bool(top[3]) if top else False,
+                "negated": bool(span._.negex) if negation else None,
                 "candidates": [
                     {"cui": c[0], "name": c[1], "score": round(c[2], 4), "ambiguous": bool(c[3])} for c in cands
                 ],
@@ -283,7 +287,7 @@ def demo(
     t_link = time.perf_counter() - t1
     records = span_records(doc, linker)
     for r in records:
-        flag = "  (ambiguous name)" if r["ambiguous"] else ""
+        flag = ("  (ambiguous name)" if r["ambiguous"] else "") + ("  (negated)" if r["negated"] else "")
         typer.echo(f"{r['text']!r:32} {r['cui'] or '-':12} {r['name'] or '-':40} {r['score']:.3f}{flag}")
     output_dir.mkdir(parents=True, exist_ok=True)
     html = displacy.render(doc, style="ent", page=True, options={"kb_url_template": HPO_BROWSER_URL})

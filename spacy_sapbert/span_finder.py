@@ -30,6 +30,8 @@ STOPWORDS = frozenset(
 # Punctuation that may sit inside a mention ("tonic-clonic", "and/or", "Crohn's"); any other
 # punctuation token ends a candidate.
 INNER_PUNCT = frozenset({"-", "/", "'", "'s"})
+# A word is generic ("disease") only if it is in at least this many names (and a large share of them).
+MIN_GENERIC_NAMES = 20
 # Between the conjuncts of a coordinated mention ("breast and/or ovarian cancer").
 COORDINATORS = frozenset({"and", "or", "and/or", "/", ","})
 _BRITISH = (("aemia", "emia"), ("haem", "hem"), ("paed", "ped"), ("oedem", "edem"), ("oesoph", "esoph"),
@@ -106,7 +108,13 @@ class NameIndex:
             if 3 <= len(keys) <= 6:
                 self.partial.update(keys - {k} for k in keys)
         self.capitals_only -= written_lower
+        self.word_count = counts
         self.word_share = {k: c / n_names for k, c in counts.items()}
+
+    def is_generic(self, key: str, max_share: float) -> bool:
+        """Is ``key`` a word in more than ``max_share`` of the names (and in at least
+        ``MIN_GENERIC_NAMES`` of them, so that a small KB's every word is not "generic")?"""
+        return self.word_count.get(key, 0) >= MIN_GENERIC_NAMES and self.word_share[key] > max_share
 
     def key(self, word: str) -> str:
         """``word_key``, remembered: running text repeats its words."""
@@ -181,7 +189,7 @@ def propose(
             kind = index.match(key_set)
             if kind is None:
                 continue
-            if len(key_set) == 1 and index.word_share.get(keys[0], 0.0) > max_generic_share:
+            if len(key_set) == 1 and index.is_generic(keys[0], max_generic_share):
                 continue
             if key_set in index.capitals_only and not (acronyms and doc[start:end].text.isupper()):
                 continue

@@ -57,9 +57,11 @@ def test_name_index_matches_exact_reordered_and_partial_names():
 
 def test_generic_words_capital_names_and_coordinations():
     nlp = spacy.blank("en")
-    names = ["Cancer", "Breast cancer", "Ovarian cancer", "Lung cancer", "ALL", "Acute lymphoblastic leukemia", "1"]
+    organs = [f"organ{i} cancer" for i in range(20)]  # "cancer": in 24 of 30 names, generic
+    names = ["Cancer", "Breast cancer", "Ovarian cancer", "Lung cancer", "ALL", "Acute lymphoblastic leukemia", "1"] + organs
     index = NameIndex(names)
-    assert index.word_share["cancer"] == 4 / 6  # "1" has no letter: not a name here
+    assert index.word_share["cancer"] == 24 / 26  # "1" has no letter: not a name here
+    assert not NameIndex(names[:6]).is_generic("cancer", 0.5)  # a handful of names proves nothing
     doc = nlp("All had cancer, ALL and breast and/or ovarian cancer.")
     texts = lambda **kw: sorted(doc[p.start : p.end].text for p in propose(doc, index, **kw))  # noqa: E731
     assert "cancer" in texts() and "cancer" not in texts(max_generic_share=0.5)
@@ -187,3 +189,17 @@ def test_build_pipeline_command_saves_a_loadable_pipeline(kb_path, tiny_bert_pat
     assert [e.text for e in nlp("Two breast cancers.").ents] == ["breast cancers"]
     bad = CliRunner().invoke(app, ["build-pipeline", str(tmp_path / "x"), "--kb", str(kb_path), "--kb", "A=" + str(kb_path)])
     assert bad.exit_code != 0
+
+
+def test_link_reports_negated_findings(kb_path, tiny_bert_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from spacy_sapbert.cli import app
+
+    out = CliRunner().invoke(app, ["link", "No evidence of anemia. Breast cancer confirmed.", "--kb", str(kb_path),
+                                   "--encoder", str(tiny_bert_path)])
+    assert out.exit_code == 0, out.output
+    spans = {r["text"]: r for r in map(json.loads, (l for l in out.stdout.splitlines() if l.startswith("{")))}
+    assert spans["anemia"]["negated"] is True and spans["Breast cancer"]["negated"] is False

@@ -258,6 +258,7 @@ def evaluate_end_to_end(
     *,
     ner_model: Optional[PathLike] = None,
     abbreviations: bool = True,
+    linker_config: Optional[Dict[str, object]] = None,
     data_dir: PathLike = datasets.DEFAULT_DATA_DIR,
     resources_dir: PathLike = datasets.DEFAULT_RESOURCES_DIR,
     cache_dir: PathLike = "corpus/cache",
@@ -273,6 +274,7 @@ def evaluate_end_to_end(
     ``abstracts_per_s`` times ``nlp.pipe`` over all test documents after a warm-up on a few train
     documents, with the linker's cache emptied in between (loading the KB is excluded);
     ``peak_rss_mb`` is this process's peak (the dictionary KB is built in a child process).
+    ``linker_config`` overrides ``sapbert_linker`` settings (e.g. ``threshold``, ``ambiguous``).
     """
     from ..machine import machine_description, peak_rss_mb
     from ..pipelines import DETECTORS as PIPELINE_DETECTORS
@@ -302,7 +304,7 @@ def evaluate_end_to_end(
     t1 = time.perf_counter()
     nlp = build_pipeline(
         kb_folder, detector, encoder=encoder_path, labels=[spec.label], ner_model=ner_model,
-        abbreviations=abbreviations, linker_config={"precision": precision, "device": "cpu"},
+        abbreviations=abbreviations, linker_config={"precision": precision, "device": "cpu", **(linker_config or {})},
     )
     linker = find_linker(nlp)
     linker.initialize()
@@ -355,6 +357,7 @@ def evaluate_end_to_end(
             "doc_predicted_concepts": total.doc_predicted,
         },
         "pipeline": [name for name, _ in nlp.pipeline],
+        "linker_config": linker_config or {},
         "kb": kb_info,
         "encoder": linker.encoder.describe(),
         "threads": threads,
