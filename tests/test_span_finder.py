@@ -201,5 +201,5 @@ def test_link_reports_negated_findings(kb_path, tiny_bert_path):
     out = CliRunner().invoke(app, ["link", "No evidence of anemia. Breast cancer confirmed.", "--kb", str(kb_path),
                                    "--encoder", str(tiny_bert_path)])
     assert out.exit_code == 0, out.output
-    spans = {r["text"]: r for r in map(json.loads, (l for l in out.stdout.splitlines() if l.startswith("{")))}
+    spans = {r["text"]: r for r in map(json.loads, (x for x in out.stdout.splitlines() if x.startswith("{")))}
     assert spans["anemia"]["negated"] is True and spans["Breast cancer"]["negated"] is False
