@@ -297,7 +297,7 @@ class SpanFinder:
         self.set_ents = set_ents
         self.spans_key = spans_key
         self._index: Optional[NameIndex] = None
-        self._index_kb: Optional[str] = None
+        self._index_kb: Optional[object] = None  # the KB object the index was built from
 
     # ------------------------------------------------------------------ the linker it shares
     def _linker(self):
@@ -317,10 +317,10 @@ class SpanFinder:
         """The vocabulary of the linker's KB, built once per KB (a second or two for 100k names)."""
         linker = self._linker()
         linker._ensure_ready()
-        fingerprint = linker.linking_kb.kb.fingerprint
-        if self._index is None or self._index_kb != fingerprint:
+        kb = linker.linking_kb.kb  # compared by identity: an in-memory KB's fingerprint hashes every name
+        if self._index is None or self._index_kb is not kb:
             self._index = NameIndex(linker.linking_kb.kb.display_names)
-            self._index_kb = fingerprint
+            self._index_kb = kb
         return self._index
 
     def initialize(self, get_examples=None, *, nlp: Optional[Language] = None) -> None:

@@ -1,6 +1,7 @@
 """Small benchmark fixtures shared by the evaluation tests: a MEDIC excerpt and PubTator blocks."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import List, Tuple
 
 MEDIC = """D001943||Breast Neoplasms|Breast Cancer
@@ -20,3 +21,16 @@ def pubtator_doc(pmid: str, title: str, abstract: str, mentions: List[Tuple[str,
         at = start + len(mention)
         lines.append(f"{pmid}\t{start}\t{at}\t{mention}\tSpecificDisease\t{ids}")
     return "\n".join(lines) + "\n\n"
+
+
+def write_mini_ncbi(root: Path, test: str, train: str, dev: str) -> Path:
+    """A miniature NCBI-disease data folder under ``root``: the MEDIC excerpt, a one-line spell list
+    (``tumour`` → ``cancer``) and the three PubTator splits."""
+    (root / "medic").mkdir()
+    (root / "medic" / "medic_06Jul2012.txt").write_text(MEDIC, encoding="utf8")
+    (root / "medic" / "ncbi-spell-check.txt").write_text("tumour||cancer\n", encoding="utf8")
+    corpus = root / "ncbi-disease"
+    corpus.mkdir()
+    for name, content in (("test", test), ("train", train), ("develop", dev)):
+        (corpus / f"NCBI{name}set_corpus.txt").write_text(content, encoding="utf8")
+    return root

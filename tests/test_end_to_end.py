@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from benchmark_fixtures import MEDIC, pubtator_doc
+from benchmark_fixtures import pubtator_doc, write_mini_ncbi
 
 from spacy_sapbert.evaluation.end_to_end import (
     GoldSpan,
@@ -64,12 +64,6 @@ def test_command_line_reproduces_the_options():
 # ---------------------------------------------------------------------------- a miniature run
 @pytest.fixture(scope="module")
 def mini_ncbi(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("benchmarks")
-    (root / "medic").mkdir()
-    (root / "medic" / "medic_06Jul2012.txt").write_text(MEDIC, encoding="utf8")
-    (root / "medic" / "ncbi-spell-check.txt").write_text("tumour||cancer\n", encoding="utf8")
-    corpus = root / "ncbi-disease"
-    corpus.mkdir()
     test = pubtator_doc(
         "1",
         "Breast cancer and multiple sclerosis.",
@@ -91,9 +85,7 @@ def mini_ncbi(tmp_path_factory) -> Path:
     )
     train = pubtator_doc("3", "xyzzy disease.", "Nothing else.", [("xyzzy disease", "D001943")])
     dev = pubtator_doc("4", "Ovarian cancer.", "Nothing else.", [("Ovarian cancer", "D010051")])
-    for name, content in (("test", test), ("train", train), ("develop", dev)):
-        (corpus / f"NCBI{name}set_corpus.txt").write_text(content, encoding="utf8")
-    return root
+    return write_mini_ncbi(tmp_path_factory.mktemp("benchmarks"), test, train, dev)
 
 
 def test_gold_spans_of_the_fixture(mini_ncbi):

@@ -6,19 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
-from benchmark_fixtures import MEDIC, pubtator_doc
+from benchmark_fixtures import pubtator_doc, write_mini_ncbi
 
 from spacy_sapbert.evaluation.runner import evaluate, evaluate_command
 
 
 @pytest.fixture(scope="module")
 def mini_ncbi(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("benchmarks")
-    (root / "medic").mkdir()
-    (root / "medic" / "medic_06Jul2012.txt").write_text(MEDIC, encoding="utf8")
-    (root / "medic" / "ncbi-spell-check.txt").write_text("tumour||cancer\n", encoding="utf8")
-    corpus = root / "ncbi-disease"
-    corpus.mkdir()
     test = pubtator_doc(
         "1",
         "Breast cancer, MS and colorectal tumour.",
@@ -33,9 +27,7 @@ def mini_ncbi(tmp_path_factory) -> Path:
     )
     train = pubtator_doc("2", "xyzzy disease.", "MS again.", [("xyzzy disease", "D001943"), ("MS", "D009103")])
     dev = pubtator_doc("3", "Ovarian cancer.", "Nothing else.", [("Ovarian cancer", "D010051")])
-    for name, content in (("test", test), ("train", train), ("develop", dev)):
-        (corpus / f"NCBI{name}set_corpus.txt").write_text(content, encoding="utf8")
-    return root
+    return write_mini_ncbi(tmp_path_factory.mktemp("benchmarks"), test, train, dev)
 
 
 def test_exact_match_scores_on_both_dictionaries(mini_ncbi, tmp_path):
