@@ -171,7 +171,8 @@ def render_end_to_end_table(results: Sequence[Mapping[str, object]], machine: Ma
         "`build_pipeline(kb, detector)` with `nlp.pipe`. *mention*: exact character offsets; *overlap*: any shared "
         "character; *link*: exact span and a gold concept; *doc*: the set of concepts per abstract. Dictionary "
         "*ontology* = MEDIC (diseases) or MeSH-2024 chemicals alone; *paper* = the ontology + the train/dev mentions as "
-        "written with their gold ids (TaggerOne-style lexicon).",
+        "written with their gold ids (TaggerOne-style lexicon), their counts per concept the KB's priors, which pick "
+        "the concept of an ambiguous name (the linker's default `ambiguous: \"first\"`).",
         "",
         "| dataset | detector | dictionary | mention P | mention R | mention F1 | overlap F1 | link P | link R | link F1 "
         "| doc F1 | abstracts/s | peak RSS MB |",

@@ -17,7 +17,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Union
+from typing import Callable, Iterable, Mapping, Optional, Union
 
 from filelock import FileLock, Timeout
 
@@ -58,6 +58,7 @@ def build_kb_folder(
     strip_punctuation: bool = False,
     wait: bool = False,
     source_name: Optional[str] = None,
+    priors: Optional[Mapping[str, float]] = None,
 ) -> LinkingKB:
     """Read ``source``, encode its names and write the KB folder ``output``; return the KB.
 
@@ -70,7 +71,7 @@ def build_kb_folder(
     process, then reuse the KB it wrote instead of building it again.
 
     A source without a single name raises ``InputError`` naming ``source_name`` and leaves an
-    existing ``output`` as it is.
+    existing ``output`` as it is. ``priors``: a weight per concept id (``ConceptKB.from_records``).
     """
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -90,7 +91,7 @@ def build_kb_folder(
             return LinkingKB.from_disk(output)  # built by the process we waited for
         t0 = time.perf_counter()
         kb = source if isinstance(source, ConceptKB) else ConceptKB.from_records(
-            source, on_duplicate=on_duplicate, strip_punctuation=strip_punctuation
+            source, on_duplicate=on_duplicate, strip_punctuation=strip_punctuation, priors=priors
         )
         if len(kb) == 0 or kb.n_names == 0:
             raise InputError(

@@ -61,7 +61,7 @@ def mention_outcomes(
     gold: Collection[str],
     in_kb: bool,
     aliases: Optional[Mapping[str, Collection[str]]] = None,
-    ambiguous: str = "none",
+    ambiguous: str = "first",
     leave_gold_out: bool = True,
 ) -> List[Outcome]:
     """The cases one dev mention gives, from the linker's ``(concept_id, name, score, ambiguous)``

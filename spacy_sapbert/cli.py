@@ -95,10 +95,14 @@ def build_kb(
     strip_punctuation: bool = typer.Option(
         False, help="Names and queries lose their punctuation (\"non-Hodgkin's\" = \"non hodgkin s\"), as SapBERT's evaluation does"
     ),
+    priors: Optional[Path] = typer.Option(
+        None, exists=True, help="concept_id<TAB>weight lines (e.g. counts in annotated text): which concept an ambiguous name gets"
+    ),
 ) -> None:
     """Read an ontology, encode every name and write KB + index (resumable after a crash)."""
     from .build import build_kb_folder
     from .encoder import SapEncoder
+    from .kb import UnknownPriorError, read_priors
     from .ontologies import reader_for
 
     fmt = _guess_format(source) if fmt == "auto" else fmt
@@ -106,12 +110,16 @@ def build_kb(
     options: Dict[str, Any] = {"lenient": lenient}
     if "on_duplicate" in inspect.signature(reader).parameters:
         options["on_duplicate"] = on_duplicate  # the reader can name the line of a repeated id
+    weights = read_priors(priors) if priors is not None else {}
     t0 = time.perf_counter()
-    build_kb_folder(  # locked, resumable, atomic; refuses a source with no names
-        reader(source, **options), lambda: SapEncoder.load(encoder, precision=precision), output, index_kind=index,
-        batch_size=batch_size, on_duplicate=on_duplicate, strip_punctuation=strip_punctuation,
-        source_name=f"{source} ({fmt})",
-    )
+    try:
+        build_kb_folder(  # locked, resumable, atomic; refuses a source with no names
+            reader(source, **options), lambda: SapEncoder.load(encoder, precision=precision), output, index_kind=index,
+            batch_size=batch_size, on_duplicate=on_duplicate, strip_punctuation=strip_punctuation,
+            source_name=f"{source} ({fmt})", priors={cid: w for cid, (w, _) in weights.items()} if priors else None,
+        )
+    except UnknownPriorError as e:
+        raise InputError(priors, weights[e.concept_id][1], f"{e.concept_id!r} is not a concept of {source}") from None
     typer.echo(f"wrote {output} in {time.perf_counter() - t0:.1f}s", err=True)
 
 
@@ -344,6 +352,8 @@ def evaluate(
     end_to_end: bool = typer.Option(False, "--end-to-end", help="Raw test documents through a detector + linker pipeline"),
     detector: str = typer.Option("span_finder", help="With --end-to-end: ruler, span_finder, ner or ner+span_finder"),
     ner_model: Optional[Path] = typer.Option(None, help="With --end-to-end: a spaCy NER pipeline (default: the shipped one)"),
+    split: str = typer.Option("test", help="With --end-to-end: test (report) or dev (tune; lexicon = train mentions)"),
+    ambiguous: Optional[str] = typer.Option(None, help="With --end-to-end: the linker's 'ambiguous' setting, first or none (default: the linker's)"),
     spelling: bool = typer.Option(True, help="Gold spans: apply the benchmark's spell-check list (outside the pipeline)"),
     abbreviations: bool = typer.Option(True, help="Expand abbreviations defined in the document (pipeline)"),
     composites: bool = typer.Option(True, help="Gold spans: split composite mentions (linker)"),
@@ -365,7 +375,8 @@ def evaluate(
     if end_to_end:
         from .evaluation.end_to_end import end_to_end_command
 
-        end_to_end_command(dataset, detector, dictionary, encoder, ner_model=ner_model, abbreviations=abbreviations,
+        end_to_end_command(dataset, detector, dictionary, encoder, split=split, ner_model=ner_model, abbreviations=abbreviations,
+                           linker_config={"ambiguous": ambiguous} if ambiguous else None,
                            output=output, precision=precision, threads=threads)
         return
     from .evaluation.runner import evaluate_command

@@ -12,7 +12,9 @@ names) opens in well under a second without building Python objects:
   ``names``, ``display_names``, ``concept_ids`` and ``concept_names``;
 - ``concept_types`` and ``concept_xrefs`` (``strings.ListTable``): all items in one string
   table plus ``<t>.rows.npy``, where each concept's items start;
-- ``name_offsets.npy`` / ``name_concepts.npy``: the name→concept rows, CSR-style.
+- ``name_offsets.npy`` / ``name_concepts.npy``: the name→concept rows, CSR-style;
+- ``concept_priors.npy`` (optional): a weight per concept, e.g. how often annotated text
+  uses it, that decides between the concepts of an ambiguous name (``concepts_of_name``).
 
 Version 1 folders (``names.txt``, ``display_names.txt``, ``concepts.jsonl``) still load,
 into Python lists; saving such a KB again writes version 2.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -42,6 +44,38 @@ _HASH_CHUNK = 1 << 24
 
 class DuplicateConceptError(ValueError):
     pass
+
+
+class UnknownPriorError(ValueError):
+    """A prior names a concept id the KB does not have."""
+
+    def __init__(self, concept_id: str):
+        self.concept_id = concept_id
+        super().__init__(f"prior for {concept_id!r}, which is not a concept of this KB")
+
+
+def read_priors(path: Union[str, Path]) -> Dict[str, Tuple[float, int]]:
+    """A priors file: ``concept_id<TAB>weight`` per line (``#`` comments and blank lines skipped).
+    Returns ``{concept_id: (weight, line)}``; a bad line is an ``InputError`` naming file and line."""
+    from .records import InputError
+
+    out: Dict[str, Tuple[float, int]] = {}
+    with open(path, encoding="utf8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if not line.strip() or line.startswith("#"):
+                continue
+            cid, sep, weight = line.partition("\t")
+            try:
+                value = float(weight)
+            except ValueError:
+                value = float("nan")
+            if not sep or not cid.strip() or not (np.isfinite(value) and value >= 0):
+                raise InputError(path, n, f"expected 'concept_id<TAB>weight' with a weight >= 0, got {line[:80]!r}")
+            if cid.strip() in out:
+                raise InputError(path, n, f"{cid.strip()!r} has a prior already (line {out[cid.strip()][1]})")
+            out[cid.strip()] = (value, n)
+    return out
 
 
 class ConceptKB:
@@ -64,6 +98,7 @@ class ConceptKB:
         lowercase: bool = True,
         concept_xrefs: Optional[Sequence[List[str]]] = None,
         strip_punctuation: bool = False,
+        concept_priors: Optional[np.ndarray] = None,
     ):
         self.concept_ids = concept_ids
         self.concept_names = concept_names
@@ -75,8 +110,10 @@ class ConceptKB:
         self.lowercase = lowercase
         self.strip_punctuation = strip_punctuation
         self.concept_xrefs = concept_xrefs if concept_xrefs is not None else [[] for _ in concept_ids]
+        self.concept_priors = concept_priors
         self._row_of_id: Optional[Dict[str, int]] = None
         self._row_of_name: Optional[Dict[str, int]] = None
+        self._name_counts: Optional[np.ndarray] = None
         self._fingerprint: Optional[str] = None  # cached only for read-only (loaded) tables
 
     # ------------------------------------------------------------------ building
@@ -87,11 +124,13 @@ class ConceptKB:
         on_duplicate: str = "error",
         lowercase: bool = True,
         strip_punctuation: bool = False,
+        priors: Optional[Mapping[str, float]] = None,
     ) -> "ConceptKB":
         """Build from concept records.
 
         ``on_duplicate``: a concept id seen twice is an error (``"error"``), or its names and
-        types are merged into the first record (``"merge"``).
+        types are merged into the first record (``"merge"``). ``priors``: a weight per concept id
+        (missing ones 0), e.g. its count in annotated text; it ranks the concepts of a name.
         """
         if on_duplicate not in ("error", "merge"):
             raise ValueError(f"on_duplicate must be 'error' or 'merge', got {on_duplicate!r}")
@@ -150,6 +189,7 @@ class ConceptKB:
             lowercase=lowercase,
             strip_punctuation=strip_punctuation,
             concept_xrefs=concept_xrefs,
+            concept_priors=None if priors is None else _prior_array(priors, row_of_id),
         )
 
     # ------------------------------------------------------------------ lookups
@@ -161,8 +201,27 @@ class ConceptKB:
         return len(self.names)
 
     def concepts_of_name(self, name_row: int) -> np.ndarray:
-        """Concept rows of one name row."""
-        return self.name_concepts[self.name_offsets[name_row] : self.name_offsets[name_row + 1]]
+        """Concept rows of one name row, the likeliest first: the highest ``concept_priors``, then
+        the best-described concept (the most names), then record order.
+
+        That order is the linker's guess when a name alone cannot decide: a name shared by a
+        well-described concept and a sparse one (MEDIC's "aniridia": the MeSH heading with its
+        synonyms, and an OMIM entry with one name) usually means the former.
+        """
+        rows = self.name_concepts[self.name_offsets[name_row] : self.name_offsets[name_row + 1]]
+        if len(rows) < 2:
+            return rows
+        keys = [-self.name_counts[rows]]
+        if self.concept_priors is not None:
+            keys.append(-np.asarray(self.concept_priors)[rows])
+        return rows[np.lexsort(keys)]  # stable; the last key sorts first
+
+    @property
+    def name_counts(self) -> np.ndarray:
+        """How many names each concept row has (computed once, on first use)."""
+        if self._name_counts is None:
+            self._name_counts = np.bincount(np.asarray(self.name_concepts), minlength=len(self.concept_ids))
+        return self._name_counts
 
     def row_of_concept(self, concept_id: str) -> int:
         if self._row_of_id is None:
@@ -214,14 +273,17 @@ class ConceptKB:
         """A hash of the ids and the name table: an index is valid only for the names it encoded.
 
         sha256 over ``"\\x1f".join(concept_ids)``, ``"\\x1f".join(names)`` (UTF-8) and the bytes
-        of ``name_offsets`` and ``name_concepts``; the first 32 hex digits. Loaded tables are
-        hashed from their mapped bytes (no strings built) and the result is kept.
+        of ``name_offsets`` and ``name_concepts`` (and of ``concept_priors`` when there are
+        any: they change the answers); the first 32 hex digits. Loaded tables are hashed from
+        their mapped bytes (no strings built) and the result is kept.
         """
         if self._fingerprint is not None:
             return self._fingerprint
         h = hashlib.sha256()
         for part in (_joined(self.concept_ids), _joined(self.names), self.name_offsets, self.name_concepts):
             _feed(h, part)
+        if self.concept_priors is not None:
+            _feed(h, np.asarray(self.concept_priors, dtype=np.float64))
         digest = h.hexdigest()[:32]
         if isinstance(self.names, StringTable) and isinstance(self.concept_ids, StringTable):
             self._fingerprint = digest
@@ -242,6 +304,10 @@ class ConceptKB:
             ListTable.save(getattr(self, name), path / name)
         save_npy(path / "name_offsets.npy", self.name_offsets)
         save_npy(path / "name_concepts.npy", self.name_concepts)
+        if self.concept_priors is not None:
+            save_npy(path / "concept_priors.npy", np.asarray(self.concept_priors, dtype=np.float64))
+        else:
+            (path / "concept_priors.npy").unlink(missing_ok=True)
         write_json(
             path / "kb.json",
             {
@@ -250,6 +316,7 @@ class ConceptKB:
                 "lowercase": self.lowercase,
                 "strip_punctuation": self.strip_punctuation,
                 "fingerprint": self.fingerprint,
+                "priors": self.concept_priors is not None,
                 **self.stats(),
             },
         )
@@ -274,9 +341,10 @@ class ConceptKB:
                 StringTable.load(path / name, mmap) for name in ("concept_ids", "concept_names", "names", "display_names")
             )
             ctypes, cxrefs = (ListTable.load(path / name, mmap) for name in ("concept_types", "concept_xrefs"))
+        priors = load_npy(path / "concept_priors.npy", mmap) if meta.get("priors") else None
         kb = cls(
             ids, cnames, ctypes, names, display, offsets, flat, meta.get("lowercase", True), cxrefs,
-            strip_punctuation=meta.get("strip_punctuation", False),
+            strip_punctuation=meta.get("strip_punctuation", False), concept_priors=priors,
         )
         kb._check(path, meta)
         return kb
@@ -295,6 +363,8 @@ class ConceptKB:
             "concept_xrefs": (self.concept_xrefs, n_concepts),
             "name_offsets.npy": (self.name_offsets, n_names + 1),
         }
+        if self.concept_priors is not None:
+            expected["concept_priors.npy"] = (self.concept_priors, n_concepts)
         for name, (table, n) in expected.items():
             if len(table) != n:
                 where = name if name.endswith(".npy") else _where(path, name, meta["version"])
@@ -335,10 +405,26 @@ class ConceptKB:
                 f"{path / 'name_concepts.npy'}: concept row {value} at entry {int(np.argmax(np.asarray(flat) == value))} "
                 f"is out of range for {n_concepts} concepts"
             )
+        if self.concept_priors is not None:
+            priors = np.asarray(self.concept_priors)
+            if not np.issubdtype(priors.dtype, np.floating) or not (np.isfinite(priors).all() and (priors >= 0).all()):
+                raise ValueError(f"{path / 'concept_priors.npy'}: priors must be finite floats >= 0")
         for name in STRING_TABLES + LIST_TABLES:
             table = getattr(self, name)
             if hasattr(table, "validate"):
                 table.validate()
+
+
+def _prior_array(priors: Mapping[str, float], row_of_id: Mapping[str, int]) -> np.ndarray:
+    """``priors`` by concept row; an unknown id or a weight that is not finite and >= 0 is refused."""
+    out = np.zeros(len(row_of_id), dtype=np.float64)
+    for cid, weight in priors.items():
+        if cid not in row_of_id:
+            raise UnknownPriorError(cid)
+        if not (np.isfinite(weight) and weight >= 0):
+            raise ValueError(f"prior for {cid!r} is {weight!r}: priors must be finite and >= 0")
+        out[row_of_id[cid]] = weight
+    return out
 
 
 def value_range(arr: np.ndarray) -> tuple:

@@ -31,7 +31,7 @@ from .search import Candidate, LinkingKB
 
 CandidateTuple = Tuple[str, str, float, bool]
 PartTuple = Tuple[str, List[CandidateTuple]]
-AMBIGUOUS_CHOICES = ("none", "first")
+AMBIGUOUS_CHOICES = ("first", "none")
 BYTES_FORMAT = "spacy-sapbert-linker-bytes-v1"
 
 
@@ -160,7 +160,7 @@ def make_kb_id_scorer() -> Callable[..., Dict[str, Any]]:
         "encoder": None,
         "top_k": 5,
         "threshold": None,
-        "ambiguous": "none",
+        "ambiguous": "first",
         "labels": [],
         "spans_key": None,
         "link_ents": True,
@@ -202,8 +202,9 @@ def make_sapbert_linker(
     folder exists here, else the offline MiniLM). ``threshold``: the lowest top score that sets
     ``_.cui`` (None: the threshold calibrated on dev mentions stored in the KB, else 0.0; 1.0: exact
     names only). ``ambiguous``: what ``_.cui``/``kb_id_`` get
-    when the best name belongs to several concepts: ``"none"`` (nothing: the linker does not
-    guess; the candidates list them all) or ``"first"`` (the first of them)."""
+    when the best name belongs to several concepts: ``"first"`` (the likeliest of them: the KB's
+    priors, then the concept with the most names; ``ConceptKB.concepts_of_name``) or ``"none"``
+    (nothing: the linker does not guess; the candidates list them all)."""
     return SapBertLinker(
         nlp.vocab,
         name=name,
@@ -245,7 +246,7 @@ class SapBertLinker(Pipe):
         encoder_path: Optional[str] = None,
         top_k: int = 5,
         threshold: Optional[float] = None,
-        ambiguous: str = "none",
+        ambiguous: str = "first",
         labels: Sequence[str] = (),
         spans_key: Optional[str] = None,
         link_ents: bool = True,
@@ -448,7 +449,8 @@ class SapBertLinker(Pipe):
 
     def best(self, cands: Sequence[Candidate]) -> Optional[Candidate]:
         """The candidate ``_.cui`` gets: the top one if it reaches ``effective_threshold``, unless its
-        name is ambiguous and ``ambiguous`` is ``"none"``."""
+        name is ambiguous and ``ambiguous`` is ``"none"`` (the top one is then the likeliest of the
+        name's concepts: candidates list them in ``ConceptKB.concepts_of_name`` order)."""
         if not cands or cands[0].score < self.effective_threshold:
             return None
         if cands[0].ambiguous and self.ambiguous == "none":

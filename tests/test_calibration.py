@@ -81,12 +81,12 @@ def test_wrong_answers_below_right_ones_mean_answer_everything_and_nil_weight_ma
     assert choose_threshold(outcomes, nil_weight=3.0) == 0.875
 
 
-def test_mention_outcomes_leave_the_gold_concept_out_and_never_answer_ambiguous_names():
+def test_mention_outcomes_leave_the_gold_concept_out_and_answer_ambiguous_names_as_the_linker_does():
     cands = [("HP:1", "seizure", 0.97, False), ("HP:2", "headache", 0.81, False), ("HP:3", "fever", 0.5, False)]
     in_kb, left_out = mention_outcomes(cands, {"HP:1"}, in_kb=True)
     assert in_kb == Outcome(0.97, True, True, True) and left_out == Outcome(0.81, True, False, False, left_out=True)
     ambiguous = [("HP:4", "ms", 1.0, True), ("HP:5", "ms", 1.0, True)]
-    assert mention_outcomes(ambiguous, {"HP:4"}, in_kb=True)[0] == Outcome(1.0, False, False, True)
+    assert mention_outcomes(ambiguous, {"HP:4"}, in_kb=True, ambiguous="none")[0] == Outcome(1.0, False, False, True)
     assert mention_outcomes(ambiguous, {"HP:4"}, in_kb=True, ambiguous="first")[0].correct
     assert mention_outcomes(cands, {"HP:99"}, in_kb=False) == [Outcome(0.97, True, False, False)]
     assert mention_outcomes(cands, {"OMIM:1"}, in_kb=True, aliases={"HP:1": ["OMIM:1"]})[0].correct

@@ -121,6 +121,21 @@ def test_bad_table_fails_with_one_line_naming_file_and_line_and_writes_nothing(t
     assert missing.exit_code == 1 and last_line(missing).startswith(f"error: {tmp_path / 'no_kb'}")
 
 
+def test_build_kb_priors_pick_the_concept_of_an_ambiguous_name(tmp_path, tiny_bert_path):
+    table = TABLE + "HP:4\tMultiple sclerosis\tMSD\tT047\nHP:5\tMitral stenosis\tMSD\tT047\n"
+    (tmp_path / "priors.tsv").write_text("# counts in our notes\nHP:5\t12\n", encoding="utf8")
+    assert build(tmp_path, tiny_bert_path, table, "--priors", str(tmp_path / "priors.tsv")).exit_code == 0
+    out = CliRunner().invoke(app, ["link", "MSD", "--kb", str(tmp_path / "kb"), "--detector", "ruler"])
+    span = json.loads(out.stdout.splitlines()[-1])
+    assert span["cui"] == "HP:5" and span["ambiguous"]  # without the prior, record order: HP:4
+    (tmp_path / "priors.tsv").write_text("HP:5\t12\nHP:9\t1\n", encoding="utf8")
+    unknown = build(tmp_path, tiny_bert_path, table, "--priors", str(tmp_path / "priors.tsv"))
+    assert unknown.exit_code == 1 and re.fullmatch(r"/.*/priors\.tsv:2: 'HP:9' is not a concept of .*", last_line(unknown))
+    (tmp_path / "priors.tsv").write_text("HP:5 12\n", encoding="utf8")
+    bad = build(tmp_path, tiny_bert_path, table, "--priors", str(tmp_path / "priors.tsv"))
+    assert bad.exit_code == 1 and re.fullmatch(r"/.*/priors\.tsv:1: expected 'concept_id<TAB>weight'.*", last_line(bad))
+
+
 def test_duplicate_ids_need_an_explicit_choice(tmp_path, tiny_bert_path):
     dup = TABLE + "HP:3\tFever\tHigh temperature\tT184\n"
     assert build(tmp_path, tiny_bert_path, dup).exit_code != 0

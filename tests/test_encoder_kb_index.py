@@ -101,6 +101,31 @@ def test_kb_keeps_one_row_per_name_with_all_its_concepts():
     assert kb.names_of_concept("D2") == ["Myocardial infarction", "heart attack", "MI"]
 
 
+def test_an_ambiguous_names_concepts_come_likeliest_first(tmp_path):
+    """Priors decide first, then the number of names, then record order (D2 and D3 share "MI")."""
+    row = lambda kb: kb.row_of_name("MI")  # noqa: E731
+    first = lambda kb: [kb.concept_ids[c] for c in kb.concepts_of_name(row(kb))]  # noqa: E731
+    tie = ConceptKB.from_records(RECORDS)
+    assert first(tie) == ["D2", "D3"]  # three names each: record order
+    fuller = ConceptKB.from_records(RECORDS[:2] + [R("D3", "Mitral insufficiency", ["MI", "mitral regurgitation", "MR"])])
+    assert first(fuller) == ["D3", "D2"]  # four names beat three
+    prior = ConceptKB.from_records(RECORDS[:2] + [R("D3", "Mitral insufficiency", ["MI", "mitral regurgitation", "MR"])], priors={"D2": 5})
+    assert first(prior) == ["D2", "D3"]
+    assert prior.fingerprint != fuller.fingerprint  # priors change the answers, so the fingerprint
+    prior.to_disk(tmp_path / "kb")
+    again = ConceptKB.from_disk(tmp_path / "kb")
+    assert first(again) == ["D2", "D3"] and again.fingerprint == prior.fingerprint
+    fuller.to_disk(tmp_path / "kb")  # saving without priors removes the old file
+    assert not (tmp_path / "kb" / "concept_priors.npy").exists() and first(ConceptKB.from_disk(tmp_path / "kb")) == ["D3", "D2"]
+
+
+def test_bad_priors_are_refused():
+    with pytest.raises(ValueError, match="'D9', which is not a concept"):
+        ConceptKB.from_records(RECORDS, priors={"D9": 1.0})
+    with pytest.raises(ValueError, match="'D1' is -1"):
+        ConceptKB.from_records(RECORDS, priors={"D1": -1})
+
+
 def test_kb_duplicate_ids_error_or_merge():
     dup = RECORDS + [R("D4", "Asthma", ["reactive airway disease"], types=["T047"])]
     with pytest.raises(DuplicateConceptError, match="'D4'"):

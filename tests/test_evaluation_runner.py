@@ -147,3 +147,21 @@ def test_real_scispacy_worker_links_and_reuses_its_cached_index(tmp_path):
     ranker = ScispacyRanker(kb, python, index_cache=tmp_path / "index")
     assert [rows[0] for rows in ranker.rank(kb.names[:3], 5)] == [0, 1, 2]  # a dictionary name finds itself
     assert ranker.info["index_cached"] is True
+
+
+def test_the_paper_dictionary_ranks_an_ambiguous_names_concepts_by_training_mentions(tmp_path):
+    """"MS" names two MEDIC concepts with two names each; the training text uses it for mitral
+    stenosis, so the lexicon's prior puts D008946 first (record order alone would say D009103)."""
+    from spacy_sapbert.evaluation.datasets import DEFAULT_RESOURCES_DIR
+    from spacy_sapbert.evaluation.end_to_end import dictionary_for
+
+    train = pubtator_doc("2", "MS murmur.", "MS again.", [("MS", "D008946"), ("MS", "D008946")])
+    data = write_mini_ncbi(tmp_path, pubtator_doc("1", "MS.", "None.", [("MS", "D008946")]), train, pubtator_doc("3", "x.", "y.", []))
+
+    def first_of_ms(kb):
+        return kb.concept_ids[kb.concepts_of_name(kb.row_of_name("MS"))[0]]
+
+    paper = dictionary_for("ncbi-disease", "paper", data, DEFAULT_RESOURCES_DIR)
+    assert first_of_ms(paper) == "MESH:D008946" and paper.concept_priors[paper.row_of_concept("MESH:D008946")] == 2
+    ontology = dictionary_for("ncbi-disease", "ontology", data, DEFAULT_RESOURCES_DIR)
+    assert first_of_ms(ontology) == "MESH:D009103" and ontology.concept_priors is None

@@ -247,16 +247,17 @@ def test_nlp_evaluate_reports_kb_id_precision_recall_f(kb_path, tiny_bert_path):
     examples = []
     for text, gold in [
         ("Convulsion and pyrexia.", [(0, 10, "HP:1"), (15, 22, "HP:2")]),  # right; wrong (HP:3 predicted)
-        ("MS suspected", [(0, 2, "HP:4")]),  # ambiguous name: no id predicted, a false negative
+        ("MS suspected", [(0, 2, "HP:5")]),  # ambiguous name: the likeliest, HP:4, is predicted
         ("Headache", [(0, 8, "")]),  # not annotated with an id: not scored
     ]:
         reference = nlp.make_doc(text)
         reference.ents = [Span(reference, *_tokens(reference, s, e), label="PHEN", kb_id=k) for s, e, k in gold]
         examples.append(Example(nlp.make_doc(text), reference))
     scores = nlp.evaluate(examples)
-    assert (scores["kb_id_p"], scores["kb_id_r"]) == pytest.approx((1 / 2, 1 / 3))
-    assert scores["kb_id_f"] == pytest.approx(0.4)
-    assert scores["kb_id_per_type"]["PHEN"]["p"] == pytest.approx(0.5)
+    assert (scores["kb_id_p"], scores["kb_id_r"], scores["kb_id_f"]) == pytest.approx((1 / 3, 1 / 3, 1 / 3))
+    assert scores["kb_id_per_type"]["PHEN"]["p"] == pytest.approx(1 / 3)
+    scores = make_nlp(kb_path, tiny_bert_path, ambiguous="none").evaluate(examples)
+    assert (scores["kb_id_p"], scores["kb_id_r"]) == pytest.approx((1 / 2, 1 / 3))  # "MS" left unlinked
 
 
 def _tokens(doc, start_char, end_char):
@@ -336,14 +337,21 @@ def test_candidates_keep_their_type_through_serialisation(kb_path, tiny_bert_pat
         assert all(type(c) is tuple for e in copy.ents for c in e._.cui_candidates)
 
 
-def test_ambiguous_names_are_not_guessed_unless_asked(kb_path, tiny_bert_path):
+def test_an_ambiguous_name_gets_its_likeliest_concept_unless_asked_not_to_guess(kb_path, tiny_encoder, tiny_bert_path, tmp_path):
     ent = make_nlp(kb_path, tiny_bert_path)("MS suspected").ents[0]
-    assert ent._.cui is None and ent.kb_id_ == ""  # default "none": the linker does not guess
+    # default "first": HP:4 and HP:5 have two names each, so record order decides
+    assert ent._.cui == ent.kb_id_ == "HP:4" and [c[0] for c in ent._.cui_candidates[:2]] == ["HP:4", "HP:5"]
+    assert all(c[3] for c in ent._.cui_candidates[:2])  # both flagged ambiguous
+    ent = make_nlp(kb_path, tiny_bert_path, ambiguous="none")("MS suspected").ents[0]
+    assert ent._.cui is None and ent.kb_id_ == ""
     assert {c[0] for c in ent._.cui_candidates[:2]} == {"HP:4", "HP:5"}
-    ent = make_nlp(kb_path, tiny_bert_path, ambiguous="first")("MS suspected").ents[0]
-    assert ent._.cui == ent._.cui_candidates[0][0] == ent.kb_id_ and ent._.cui in {"HP:4", "HP:5"}
     with pytest.raises(ValueError, match="ambiguous must be one of"):
         make_nlp(kb_path, tiny_bert_path, ambiguous="guess")
+    from spacy_sapbert.kb import ConceptKB
+
+    with_prior = tmp_path / "prior"
+    LinkingKB.build(ConceptKB.from_records(RECORDS, priors={"HP:5": 3}), tiny_encoder).to_disk(with_prior)
+    assert make_nlp(with_prior, tiny_bert_path)("MS suspected").ents[0]._.cui == "HP:5"
 
 
 def test_queries_follow_the_kbs_own_normalisation(tiny_encoder, tiny_bert_path, tmp_path):

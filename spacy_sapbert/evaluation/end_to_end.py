@@ -100,10 +100,11 @@ def gold_spans(document: Document) -> List[GoldSpan]:
     return [GoldSpan(s, e, tuple(dict.fromkeys(ids))) for (s, e), ids in sorted(by_offsets.items())]
 
 
-def raw_mention_names(dataset: str, data_dir: PathLike = datasets.DEFAULT_DATA_DIR) -> List[Query]:
-    """The train and dev mentions as written, with their gold ids: the lexicon's extra names."""
+def raw_mention_names(dataset: str, data_dir: PathLike = datasets.DEFAULT_DATA_DIR, evaluated: str = "test") -> List[Query]:
+    """The train and dev mentions as written, with their gold ids: the lexicon's extra names
+    (never those of the ``evaluated`` split: a dev run's lexicon is the train mentions)."""
     out = []
-    for split in ("train", "dev"):
+    for split in [s for s in ("train", "dev") if s != evaluated]:
         for d in datasets.load_split(dataset, split, data_dir):
             for m in d.mentions:
                 if not m.is_nil and m.text.strip():
@@ -204,11 +205,11 @@ def predicted_spans(doc, linker) -> List[PredictedSpan]:
 
 
 # ---------------------------------------------------------------------------- the run
-def dictionary_for(dataset: str, dictionary: str, data_dir: PathLike, resources_dir: PathLike) -> ConceptKB:
-    """The ontology, or the ontology + the raw train/dev mentions (``paper``)."""
+def dictionary_for(dataset: str, dictionary: str, data_dir: PathLike, resources_dir: PathLike, split: str = "test") -> ConceptKB:
+    """The ontology, or the ontology + the raw train/dev mentions (``paper``) not of ``split``."""
     from .runner import build_dictionary
 
-    names = raw_mention_names(dataset, data_dir) if dictionary == "paper" else []
+    names = raw_mention_names(dataset, data_dir, split) if dictionary == "paper" else []
     return build_dictionary(dataset, dictionary, names, data_dir, resources_dir)
 
 
@@ -222,13 +223,14 @@ def prepare_kb(
     precision: str = "fp32",
     batch_size: int = 128,
     progress: bool = True,
+    split: str = "test",
 ) -> Tuple[str, Dict[str, object]]:
     """The dictionary's KB folder (built and cached on first use); run in a child process so
     the evaluating process's peak memory is the pipeline's, not the dictionary build's."""
     from ..encoder import SapEncoder, resolve_encoder_path
     from .runner import dictionary_kb_folder
 
-    kb = dictionary_for(dataset, dictionary, data_dir, resources_dir)
+    kb = dictionary_for(dataset, dictionary, data_dir, resources_dir, split)
     encoder = SapEncoder.load(resolve_encoder_path(encoder_path), device="cpu", precision=precision)
     folder, info = dictionary_kb_folder(kb, encoder, cache_dir, batch_size, progress)
     info.update(dictionary_size=kb.n_names, dictionary_concepts=len(kb))
@@ -256,9 +258,11 @@ def evaluate_end_to_end(
     dictionary: str = "ontology",
     encoder_path: Optional[PathLike] = None,
     *,
+    split: str = "test",
     ner_model: Optional[PathLike] = None,
     abbreviations: bool = True,
     linker_config: Optional[Dict[str, object]] = None,
+    span_finder_config: Optional[Dict[str, object]] = None,
     data_dir: PathLike = datasets.DEFAULT_DATA_DIR,
     resources_dir: PathLike = datasets.DEFAULT_RESOURCES_DIR,
     cache_dir: PathLike = "corpus/cache",
@@ -268,13 +272,15 @@ def evaluate_end_to_end(
     build_in_child: bool = True,
     progress: bool = True,
 ) -> Dict[str, object]:
-    """Run ``build_pipeline(kb, detector, labels=[the dataset's label])`` over the raw test documents
+    """Run ``build_pipeline(kb, detector, labels=[the dataset's label])`` over the raw documents of
+    ``split`` (``test`` reports; ``dev`` is for tuning, its lexicon then the train mentions only)
     and score mentions, span + concept and per-document concepts (fractions in 0..1).
 
-    ``abstracts_per_s`` times ``nlp.pipe`` over all test documents after a warm-up on a few train
+    ``abstracts_per_s`` times ``nlp.pipe`` over all the split's documents after a warm-up on a few train
     documents, with the linker's cache emptied in between (loading the KB is excluded);
     ``peak_rss_mb`` is this process's peak (the dictionary KB is built in a child process).
-    ``linker_config`` overrides ``sapbert_linker`` settings (e.g. ``threshold``, ``ambiguous``).
+    ``linker_config`` overrides ``sapbert_linker`` settings (e.g. ``threshold``, ``ambiguous``),
+    ``span_finder_config`` those of ``sapbert_span_finder``.
     """
     from ..machine import machine_description, peak_rss_mb
     from ..pipelines import DETECTORS as PIPELINE_DETECTORS
@@ -292,11 +298,13 @@ def evaluate_end_to_end(
         raise ValueError(f"unknown benchmark {dataset!r}; choose one of {sorted(SPECS)}")
     if detector.startswith("ner") and ner_model is None and not SHIPPED_NER.exists():
         raise FileNotFoundError(f"no shipped NER pipeline at {SHIPPED_NER}: train it (spacy project run train-ner) or pass ner_model")
-    documents = load_documents(dataset, "test", data_dir)
+    if split not in ("dev", "test"):
+        raise ValueError(f"split must be 'dev' or 'test', got {split!r}")
+    documents = load_documents(dataset, split, data_dir)
     warmup = [d.text for d in load_documents(dataset, "train", data_dir)[:WARMUP_DOCS]]
 
     t0 = time.perf_counter()
-    args = (dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, precision, 128, progress)
+    args = (dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, precision, 128, progress, split)
     kb_folder, kb_info = _in_child(prepare_kb, *args) if build_in_child else prepare_kb(*args)
     prepare_s = time.perf_counter() - t0
 
@@ -305,6 +313,7 @@ def evaluate_end_to_end(
     nlp = build_pipeline(
         kb_folder, detector, encoder=encoder_path, labels=[spec.label], ner_model=ner_model,
         abbreviations=abbreviations, linker_config={"precision": precision, "device": "cpu", **(linker_config or {})},
+        span_finder_config=span_finder_config,
     )
     linker = find_linker(nlp)
     linker.initialize()
@@ -324,6 +333,10 @@ def evaluate_end_to_end(
         total.add(score_document(gold, predicted_spans(doc, linker), aliases))
 
     options: Dict[str, object] = {"encoder": encoder_path, "ner_model": ner_model}
+    if split != "test":
+        options["split"] = split
+    if "ambiguous" in (linker_config or {}):
+        options["ambiguous"] = (linker_config or {})["ambiguous"]
     if precision != "fp32":
         options["precision"] = precision
     if threads != 1:
@@ -332,6 +345,7 @@ def evaluate_end_to_end(
         options["no_abbreviations"] = ""
     return {
         "dataset": dataset,
+        "split": split,
         "detector": detector,
         "dictionary": dictionary,
         "dictionary_label": datasets.get_benchmark(dataset).dictionary_label
@@ -358,6 +372,7 @@ def evaluate_end_to_end(
         },
         "pipeline": [name for name, _ in nlp.pipeline],
         "linker_config": linker_config or {},
+        "span_finder_config": span_finder_config or {},
         "kb": kb_info,
         "encoder": linker.encoder.describe(),
         "threads": threads,

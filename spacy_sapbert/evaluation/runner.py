@@ -16,6 +16,7 @@ import hashlib
 import json
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
@@ -96,14 +97,17 @@ def build_dictionary(
     The KB lower-cases and strips punctuation (``strip_punctuation``) from its names and from
     every query, as the harness's ``clean_text`` does, and keeps the names as written for display
     (and for the entity ruler). ``train_queries`` are the names the ``paper`` dictionary adds:
-    the preprocessed train/dev mentions (BioSyn) or, for the end-to-end lexicon, the raw ones.
+    the preprocessed train/dev mentions (BioSyn) or, for the end-to-end lexicon, the raw ones;
+    their counts per concept become the KB's priors, which rank the concepts of an ambiguous name.
     """
     if dictionary not in DICTIONARIES:
         raise ValueError(f"dictionary must be one of {DICTIONARIES}, got {dictionary!r}")
     records = list(datasets.dictionary_records(dataset, data_dir, resources_dir))
-    if dictionary == "paper":
-        records += _mention_records(train_queries, _primary_ids(records))
-    return ConceptKB.from_records(records, on_duplicate="merge", strip_punctuation=True)
+    if dictionary == "ontology":
+        return ConceptKB.from_records(records, on_duplicate="merge", strip_punctuation=True)
+    mentions = list(_mention_records(train_queries, _primary_ids(records)))
+    priors = Counter(r.id for r in mentions)  # TaggerOne-style: how often the training text names each concept
+    return ConceptKB.from_records(records + mentions, on_duplicate="merge", strip_punctuation=True, priors=priors)
 
 
 def concept_aliases(kb: ConceptKB) -> Dict[str, List[str]]:
