@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
@@ -138,6 +138,12 @@ def find_abbreviations(text: str) -> Dict[str, str]:
     The first definition of a short form in the document wins.
     """
     return _first_definitions(find_abbreviation_definitions(text))
+
+
+def introduced_short_forms(text: str) -> Set[str]:
+    """Every short form ``text`` puts in parentheses ("Myotonic dystrophy (DM)"), also where
+    Schwartz–Hearst finds no long form for it (DM is Latin: dystrophia myotonica)."""
+    return {inside for m in _PARENTHESIS.finditer(text) if _is_short_form(inside := m.group(1).strip())}
 
 
 def _first_definitions(definitions: Iterable[AbbreviationDefinition]) -> Dict[str, str]:

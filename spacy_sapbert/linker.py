@@ -405,8 +405,12 @@ class SapBertLinker(Pipe):
         return out
 
     def _queries(self, span: Span) -> List[str]:
-        """The whole mention's query, then its parts when it looks like a coordination."""
-        text = query_text(span)
+        """The whole mention's query (short forms expanded), then its parts."""
+        return self.search_strings(query_text(span))
+
+    def search_strings(self, text: str) -> List[str]:
+        """What the linker searches for a mention ``text``: the text, then its parts when it looks
+        like a coordination ("breast and ovarian cancer") and ``split_composites`` is on."""
         parts = split_mention(text) if self.split_composites else [text]
         return [text] + (parts if len(parts) > 1 else [])
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Collection, Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from spacy.attrs import IS_SPACE, LOWER, SENT_START
+from spacy.attrs import IS_SPACE, LOWER, SENT_START, SPACY
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import filter_spans, minibatch
+
+from .abbreviations import expand_abbreviations, find_abbreviations, introduced_short_forms
 
 RESOLVE_MODES = ("longest", "best", "all")
 _WORD = re.compile(r"[^\W_]+")
@@ -27,11 +29,22 @@ STOPWORDS = frozenset(
     "a an and are as at be been but by during for from has have in into is it its no nor not of on or "
     "other such than that the their these this those to was were which with within without".split()
 )
+# The function words a mention may contain ("abnormality of the hand", "breast and/or ovarian
+# cancer"); any other ("is", "was", "not", "which") ends a candidate: "cancer is the second" is no mention.
+INNER_WORDS = frozenset("a an and at by during for from in into of on or the to with within without".split())
+# Where the words that modify a name's head begin ("abnormality | of the hand").
+PREPOSITIONS = INNER_WORDS - {"a", "an", "and", "or", "the"}
 # Punctuation that may sit inside a mention ("tonic-clonic", "and/or", "Crohn's"); any other
 # punctuation token ends a candidate.
 INNER_PUNCT = frozenset({"-", "/", "'", "'s"})
 # A word is generic ("disease") only if it is in at least this many names (and a large share of them).
 MIN_GENERIC_NAMES = 20
+# A KB word that precedes another word in at least this many names is a modifier: the span finder
+# also proposes a name with such words before it ("hereditary breast cancer", "hemorrhagic cystitis").
+MIN_MODIFIER_NAMES = 3
+# An acronym shorter than this ("MS", "HT") is proposed only where the text introduces it in
+# parentheses ("multiple sclerosis (MS)"): otherwise such short forms are mostly something else.
+MIN_UNDEFINED_ACRONYM_CHARS = 3
 # Between the conjuncts of a coordinated mention ("breast and/or ovarian cancer").
 COORDINATORS = frozenset({"and", "or", "and/or", "/", ","})
 _BRITISH = (("aemia", "emia"), ("haem", "hem"), ("paed", "ped"), ("oedem", "edem"), ("oesoph", "esoph"),
@@ -58,8 +71,8 @@ def word_key(word: str) -> str:
         w = w[:-3] + "y"
     elif w.endswith(("ches", "shes", "xes", "sses")):
         w = w[:-2]
-    elif w.endswith("ses") and len(w) > 5:
-        w = w[:-2] + "is"  # metastases → metastasis
+    elif w.endswith(("oses", "yses", "stases")) and len(w) > 5:
+        w = w[:-2] + "is"  # stenoses, paralyses, metastases; not diseases
     elif w.endswith("s") and not w.endswith(("ss", "us", "is", "ys")):
         w = w[:-1]
     if w.endswith("our") and len(w) > 5:
@@ -74,14 +87,35 @@ def content_keys(words: Iterable[str]) -> FrozenSet[str]:
     return frozenset(word_key(w) for w in words if w.lower() not in STOPWORDS)
 
 
+def is_acronym(name: str) -> bool:
+    """Is ``name`` written like an acronym: in capitals, every word short or with a digit ("VHL",
+    "G6PD", "ALL")? OMIM writes whole names in capitals ("ANIRIDIA"): those are words, not acronyms."""
+    return name.isupper() and all(len(w) <= 5 or any(c.isdigit() for c in w) for w in _WORD.findall(name))
+
+
+def name_head(name: str) -> Optional[str]:
+    """The word a name is about: the last content word before the first comma or preposition
+    ("glucose-6-phosphate dehydrogenase *deficiency*", MeSH's inverted "*Hypertrophy*, Left
+    Ventricular", HPO's "*Abnormality* of the hand")."""
+    words = []
+    for w in _WORD.findall(name.split(",")[0]):
+        if w.lower() in PREPOSITIONS and words:
+            break
+        if w.lower() not in STOPWORDS:
+            words.append(w)
+    return word_key(words[-1]) if words else None
+
+
 class NameIndex:
     """The KB's vocabulary and its names as sets of content-word keys.
 
     A proposal's content words must be some name's, in any order ("type C brachydactyly"), or,
-    for names of three to six words, all but one of them. Names written only in capitals
-    ("ALL", "CAN") match only capitals in the text; names without a letter ("1") are left out;
-    ``word_share`` says in what share of the names a word occurs ("disease": many), so that
-    single generic words can be held back.
+    for names of three to six words, all but one of them, never the head ("optic nerve" is not
+    "optic nerve diseases"). Acronyms ("ALL", "CAN") and names in capitals whose words the KB
+    mostly writes in capitals ("INCLUDED") match only capitals in the text; names
+    without a letter ("1") are left out; ``word_share`` says in what share of the names a word
+    occurs ("disease": many), so that single generic words can be held back; ``modifiers`` are
+    the words that precede another in several names ("hereditary", "hemorrhagic").
     """
 
     def __init__(self, names: Iterable[str]):
@@ -93,23 +127,41 @@ class NameIndex:
         self.capitals_only: Set[FrozenSet[str]] = set()
         written_lower: Set[FrozenSet[str]] = set()
         counts: Dict[str, int] = {}
+        before_another: Dict[str, int] = {}
+        in_capitals: List[FrozenSet[str]] = []
+        case_counts: Dict[str, List[int]] = {}  # word → [names in capitals, other names] it is in
         n_names = 0
         for name in names:
             words = _WORD.findall(name)
-            keys = frozenset(self.key(w) for w in words if w.lower() not in STOPWORDS)
+            content = [self.key(w) for w in words if w.lower() not in STOPWORDS]
+            keys = frozenset(content)
             if not keys or not any(k.isalpha() for k in keys):
                 continue
             n_names += 1
             for k in keys:
                 counts[k] = counts.get(k, 0) + 1
-            (self.capitals_only if name.isupper() else written_lower).add(keys)
+            for k in set(content[:-1]) if "," not in name else ():
+                before_another[k] = before_another.get(k, 0) + 1
+            for k in keys:
+                case_counts.setdefault(k, [0, 0])[0 if name.isupper() else 1] += 1
+            if is_acronym(name):
+                self.capitals_only.add(keys)
+            elif name.isupper():
+                in_capitals.append(keys)
+            else:
+                written_lower.add(keys)
             self.vocab.update(self.key(w) for w in words)
             self.exact.add(keys)
             if 3 <= len(keys) <= 6:
-                self.partial.update(keys - {k} for k in keys)
+                head = name_head(name)
+                self.partial.update(keys - {k} for k in keys if k != head)
+        # A name in capitals that is no acronym ("ANIRIDIA") holds words the KB mostly writes in lower
+        # case ("Congenital aniridia"); words it mostly writes in capitals ("INCLUDED") are OMIM's notation.
+        self.capitals_only.update(keys for keys in in_capitals if any(case_counts[k][0] > case_counts[k][1] for k in keys))
         self.capitals_only -= written_lower
         self.word_count = counts
         self.word_share = {k: c / n_names for k, c in counts.items()}
+        self.modifiers = frozenset(k for k, c in before_another.items() if c >= MIN_MODIFIER_NAMES and k.isalpha())
 
     def is_generic(self, key: str, max_share: float) -> bool:
         """Is ``key`` a word in more than ``max_share`` of the names (and in at least
@@ -125,11 +177,14 @@ class NameIndex:
 
     def token_keys(self, lower: int, strings) -> Optional[Tuple[str, ...]]:
         """A token's content-word keys by its lower-case string hash: ``()`` for a function word or
-        inner punctuation, None for a token outside the vocabulary (it ends a proposal)."""
+        punctuation a mention may contain, None for a token outside the vocabulary or any other
+        function word (it ends a proposal)."""
         if lower not in self._tokens:
             text = strings[lower]
-            if text in INNER_PUNCT or text in STOPWORDS:
+            if text in INNER_PUNCT or text in INNER_WORDS:
                 self._tokens[lower] = ()
+            elif text in STOPWORDS:
+                self._tokens[lower] = None
             else:
                 keys = tuple(self.key(w) for w in _WORD.findall(text))
                 self._tokens[lower] = keys if keys and all(k in self.vocab for k in keys) else None
@@ -154,22 +209,67 @@ class Proposal:
     kind: str
 
 
+class TokenRow(NamedTuple):
+    lower: int  # the lower-case form's string hash
+    keys: Optional[Tuple[str, ...]]  # ``NameIndex.token_keys``: None where a mention cannot continue
+    sent_start: bool
+    attached: bool  # no whitespace after it ("thrombo-" in "thrombo-embolism")
+
+
+def token_rows(doc: Doc, index: NameIndex) -> List[TokenRow]:
+    """What proposing needs of each token, read from arrays: Token objects are slow to make."""
+    if not len(doc):
+        return []
+    rows = doc.to_array([LOWER, IS_SPACE, SENT_START, SPACY]).tolist()
+    strings = doc.vocab.strings
+    return [
+        TokenRow(lower, None if is_space else index.token_keys(lower, strings), flag == 1, not space)
+        for lower, is_space, flag, space in rows
+    ]
+
+
+def modifier_starts(rows: Sequence[TokenRow], start: int, index: NameIndex, max_words: int) -> List[int]:
+    """Where a mention starting at ``start`` would start with 1, 2, … ``max_words`` KB modifiers
+    before it ("hereditary | breast cancer", "X-linked | adrenoleukodystrophy"), never across a
+    sentence start or a function word; a hyphen counts only inside a word."""
+    starts: List[int] = []
+    i = start - 1
+    while i >= 0 and len(starts) < max_words and not rows[i + 1].sent_start:
+        keys = rows[i].keys
+        if keys == () and rows[i].attached and i > 0 and rows[i - 1].attached and rows[i - 1].keys:
+            i -= 1  # the hyphen of "X-linked": look at "X"
+            continue
+        if not keys or not all(k in index.modifiers for k in keys):
+            break
+        starts.append(i)
+        i -= 1
+    return starts
+
+
 def propose(
-    doc: Doc, index: NameIndex, max_words: int = 8, max_generic_share: float = 1.0, acronyms: bool = True
+    doc: Doc,
+    index: NameIndex,
+    max_words: int = 8,
+    max_generic_share: float = 1.0,
+    acronyms: bool = True,
+    short_forms: Collection[str] = (),
+    max_modifiers: int = 0,
 ) -> List[Proposal]:
     """Token n-grams of ``doc`` whose words are in the KB's vocabulary and nearly match a KB name.
 
     A single word found in more than ``max_generic_share`` of the KB's names ("disease") is not
-    proposed alone, nor, without ``acronyms``, a name written only in capitals ("VHL": more often
-    a gene than the disease; the abbreviations component adds the short forms a text defines). A coordination whose first conjunct completes the rest into a name
+    proposed alone, nor, without ``acronyms``, an acronym ("VHL": more often a gene than the
+    disease; the abbreviations component adds the short forms a text defines), nor an acronym of
+    fewer than ``MIN_UNDEFINED_ACRONYM_CHARS`` characters that is not among the ``short_forms`` the
+    text introduces in parentheses ("HT"). A coordination whose first conjunct completes the rest into a name
     ("breast and ovarian cancer", "breast/ovarian cancer") is proposed whole; the linker splits it.
+    A name with up to ``max_modifiers`` KB modifiers before it is proposed too, as ``"modified"``
+    ("hemorrhagic cystitis"): the encoder decides whether the modifier belongs to the mention.
     """
-    # Per token: the keys of its content words (empty for a function word or inner punctuation),
-    # or None where a mention cannot continue. Read from arrays: Token objects are slow to make.
-    rows = doc.to_array([LOWER, IS_SPACE, SENT_START]).tolist() if len(doc) else []
+    rows = token_rows(doc, index)
     strings = doc.vocab.strings
-    keyed = [None if is_space else index.token_keys(lower, strings) for lower, is_space, _ in rows]
-    sent_start = [flag == 1 for _, _, flag in rows]
+    keyed = [r.keys for r in rows]
+    sent_start = [r.sent_start for r in rows]
     found: List[Proposal] = []
     n = len(doc)
     for start in range(n):
@@ -191,17 +291,23 @@ def propose(
                 continue
             if len(key_set) == 1 and index.is_generic(keys[0], max_generic_share):
                 continue
-            if key_set in index.capitals_only and not (acronyms and doc[start:end].text.isupper()):
-                continue
+            if key_set in index.capitals_only:
+                text = doc[start:end].text
+                if not (acronyms and text.isupper()):
+                    continue
+                if len(text) < MIN_UNDEFINED_ACRONYM_CHARS and text not in short_forms:
+                    continue
             found.append(Proposal(start, end, kind))
+            if kind == "exact":
+                found.extend(Proposal(s, end, "modified") for s in modifier_starts(rows, start, index, max_modifiers))
             before = start - 1
-            while before >= 0 and strings[rows[before][0]] in COORDINATORS:
+            while before >= 0 and strings[rows[before].lower] in COORDINATORS:
                 before -= 1
             if end - start >= 2 and 0 <= before < start - 1 and keyed[before]:
                 # "breast and/or | ovarian cancer": does "breast" + "cancer" name something too?
                 head = key_set - frozenset(keyed[start])
                 if head and index.match(head | frozenset(keyed[before])) == "exact":  # type: ignore[arg-type]
-                    found.append(Proposal(before, end, "exact"))
+                    found.append(Proposal(before, end, "coordinated"))
     return found
 
 
@@ -232,6 +338,9 @@ def resolve_overlaps(spans: Sequence[Tuple[Span, float]], mode: str) -> List[Spa
         "max_words": 8,
         "max_generic_share": 0.03,
         "acronyms": True,
+        "abbreviations": True,
+        "max_modifiers": 0,
+        "modifier_threshold": 0.95,
         "set_ents": True,
         "spans_key": None,
     },
@@ -247,15 +356,21 @@ def make_span_finder(
     max_words: int,
     max_generic_share: float,
     acronyms: bool,
+    abbreviations: bool,
+    max_modifiers: int,
+    modifier_threshold: float,
     set_ents: bool,
     spans_key: Optional[str],
 ) -> "SpanFinder":
-    """``linker``: the name of the ``sapbert_linker`` whose KB, encoder and cache score the proposals."""
+    """``linker``: the name of the ``sapbert_linker`` whose KB, encoder and cache score the proposals.
+    ``abbreviations``: score a short form the text defines through its long form, as the linker
+    links it. ``max_modifiers``: also propose a name with up to this many KB modifiers before it
+    ("hemorrhagic cystitis"), kept at ``modifier_threshold``."""
     return SpanFinder(
         nlp, name, linker=linker, label=label, threshold=threshold, partial_threshold=partial_threshold,
         resolve=resolve, max_words=max_words, max_generic_share=max_generic_share, acronyms=acronyms,
-        set_ents=set_ents,
-        spans_key=spans_key,
+        abbreviations=abbreviations, max_modifiers=max_modifiers, modifier_threshold=modifier_threshold,
+        set_ents=set_ents, spans_key=spans_key,
     )
 
 
@@ -275,6 +390,9 @@ class SpanFinder:
         max_words: int = 8,
         max_generic_share: float = 0.03,
         acronyms: bool = True,
+        abbreviations: bool = True,
+        max_modifiers: int = 0,
+        modifier_threshold: float = 0.95,
         set_ents: bool = True,
         spans_key: Optional[str] = None,
     ):
@@ -294,6 +412,9 @@ class SpanFinder:
         self.max_words = max_words
         self.max_generic_share = max_generic_share
         self.acronyms = acronyms
+        self.abbreviations = abbreviations
+        self.max_modifiers = max_modifiers
+        self.modifier_threshold = modifier_threshold
         self.set_ents = set_ents
         self.spans_key = spans_key
         self._index: Optional[NameIndex] = None
@@ -338,6 +459,9 @@ class SpanFinder:
     def predict(self, docs: Sequence[Doc]) -> List[List[Tuple[Span, float]]]:
         """Per doc, the proposals the encoder accepts, with their scores: at least ``threshold``
         for those whose content words are a KB name's, ``partial_threshold`` for those missing one.
+        A proposal is searched as the linker will search it: with the short forms the text defines
+        replaced by their long forms, so that "GALT", defined as "galactose-1-phosphate
+        uridyltransferase (GALT)", scores as the enzyme it names.
 
         The batch's proposals are searched together through the linker's cache, so the linker
         later finds the kept ones there. With ``resolve="longest"`` they are searched longest
@@ -345,14 +469,32 @@ class SpanFinder:
         written, an entity an earlier detector set) is never searched: it could not be kept.
         """
         index = self.name_index()
-        proposals = [propose(doc, index, self.max_words, self.max_generic_share, self.acronyms) for doc in docs]
-        minimum = {"exact": self.threshold, "partial": self.partial_threshold}
+        defined = [find_abbreviations(doc.text) if self.abbreviations else {} for doc in docs]
+        proposals = [
+            propose(doc, index, self.max_words, self.max_generic_share, self.acronyms,
+                    introduced_short_forms(doc.text), self.max_modifiers)
+            for doc in docs
+        ]
+        minimum = {"exact": self.threshold, "coordinated": self.threshold, "partial": self.partial_threshold,
+                   "modified": self.modifier_threshold}
+        linker = self._linker()
+
+        def queries(d: int, p: Proposal) -> List[str]:
+            """The proposal's search string, then for a coordination its parts, as the linker searches them."""
+            text = expand_abbreviations(docs[d][p.start : p.end].text, defined[d])
+            return linker.search_strings(text) if p.kind == "coordinated" else [text]
+
+        def scored(d: int, p: Proposal, scores: Dict[str, float]) -> float:
+            """The whole's score, or a coordination's weakest part's where every part matches better
+            (the linker then keeps the parts)."""
+            whole, *parts = queries(d, p)
+            return max(scores[whole], min(scores[q] for q in parts)) if parts else scores[whole]
+
         if self.resolve != "longest":
-            scores = self._scores({doc[p.start : p.end].text for doc, props in zip(docs, proposals) for p in props})
+            scores = self._scores({q for d, props in enumerate(proposals) for p in props for q in queries(d, p)})
             return [
-                [(doc[p.start : p.end], scores[doc[p.start : p.end].text]) for p in props
-                 if scores[doc[p.start : p.end].text] >= minimum[p.kind]]
-                for doc, props in zip(docs, proposals)
+                [(docs[d][p.start : p.end], score) for p in props if (score := scored(d, p, scores)) >= minimum[p.kind]]
+                for d, props in enumerate(proposals)
             ]
         keep_ents = self.set_ents and not self.spans_key
         taken = [{i for e in doc.ents for i in range(e.start, e.end)} if keep_ents else set() for doc in docs]
@@ -362,8 +504,8 @@ class SpanFinder:
                 (d, p) for d, props in enumerate(proposals) for p in props
                 if p.end - p.start == length and not taken[d].intersection(range(p.start, p.end))
             ]
-            scores = self._scores({docs[d][p.start : p.end].text for d, p in todo})
-            accepted = [(d, p, scores[docs[d][p.start : p.end].text]) for d, p in todo]
+            scores = self._scores({q for d, p in todo for q in queries(d, p)})
+            accepted = [(d, p, scored(d, p, scores)) for d, p in todo]
             for d, p, score in sorted(accepted, key=lambda x: (-x[2], x[0], x[1].start)):
                 if score >= minimum[p.kind] and not taken[d].intersection(range(p.start, p.end)):
                     taken[d].update(range(p.start, p.end))

@@ -8,6 +8,7 @@ from spacy.tokens import Doc, DocBin
 from spacy_sapbert.abbreviations import (
     find_abbreviation_definitions,
     find_abbreviations,
+    introduced_short_forms,
     query_text,
     register_doc_attribute,
 )
@@ -29,6 +30,12 @@ def nlp() -> spacy.Language:
 
 def ents(doc: Doc):
     return [(e.text, e.label_, e.start_char) for e in doc.ents]
+
+
+def test_short_forms_introduced_without_a_long_form_schwartz_hearst_can_align():
+    text = "Myotonic dystrophy (DM) and diabetes mellitus (T2DM) were seen; DM (n = 3)."
+    assert "DM" not in find_abbreviations(text)  # DM is Latin: dystrophia myotonica
+    assert {"DM", "T2DM"} <= introduced_short_forms(text) and "HT" not in introduced_short_forms(text)
 
 
 def test_definitions_carry_character_offsets():

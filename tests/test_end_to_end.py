@@ -37,6 +37,20 @@ def test_exact_overlap_link_and_document_scores():
     assert rates["link_f1"] == 0.4
 
 
+def test_wrong_spans_are_counted_by_how_they_meet_the_gold_spans():
+    gold = [GoldSpan(0, 24, ("A",)), GoldSpan(40, 50, ("B",)), GoldSpan(60, 70, ("C",))]
+    pred = [
+        PredictedSpan(11, 24, ("A",)),  # "breast cancer" in "hereditary breast cancer"
+        PredictedSpan(33, 50, ("B",)),  # "severe neutropenia" around "neutropenia"
+        PredictedSpan(65, 75, ("C",)),  # crosses a gold span's end
+        PredictedSpan(80, 83, ("D",)),  # apart from every gold span
+        PredictedSpan(0, 24, ("A",)),  # right
+    ]
+    c = score_document(gold, pred)
+    assert (c.wrong_inside_gold, c.wrong_containing_gold, c.wrong_crossing_gold, c.wrong_apart_from_gold) == (1, 1, 1, 1)
+    assert c.predicted - c.exact == 4
+
+
 def test_alternative_ids_composites_and_unlinked_spans():
     aliases = {"OMIM:114500": ["MESH:D015179"]}
     gold = [GoldSpan(0, 5, ("MESH:D015179",)), GoldSpan(10, 20, ("A", "B")), GoldSpan(30, 35, ("C",))]

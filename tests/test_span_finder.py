@@ -7,7 +7,7 @@ import spacy
 from spacy_sapbert.pipelines import build_pipeline
 from spacy_sapbert.records import ConceptRecord as R
 from spacy_sapbert.search import LinkingKB
-from spacy_sapbert.span_finder import NameIndex, content_keys, propose, word_key
+from spacy_sapbert.span_finder import NameIndex, content_keys, is_acronym, name_head, propose, word_key
 
 RECORDS = [
     R("D:1", "Breast cancer", ["Carcinoma of the breast"]),
@@ -39,7 +39,8 @@ def test_word_keys_join_plurals_and_british_spellings():
     assert word_key("tumours") == word_key("tumors") == word_key("Tumor") == "tumor"
     assert word_key("anaemia") == word_key("anemia")
     assert word_key("vertebrae") == word_key("vertebra")
-    assert word_key("metastases") == word_key("metastasis")
+    assert word_key("metastases") == word_key("metastasis") and word_key("stenoses") == word_key("stenosis")
+    assert word_key("diseases") == word_key("disease") and word_key("causes") == word_key("cause")
     assert word_key("stenosis") == "stenosis" and word_key("ss") == "ss"
     assert content_keys("type C brachydactyly".split()) == content_keys("Brachydactyly type C".split())
 
@@ -50,9 +51,58 @@ def test_name_index_matches_exact_reordered_and_partial_names():
     assert index.match(content_keys("type C brachydactyly".split())) == "exact"
     assert index.match(content_keys("left ventricle abnormality".split())) == "exact"
     assert index.match(content_keys("abnormal left ventricle".split())) is None
-    assert index.match(content_keys("left ventricle".split())) == "partial"  # one of three words missing
     assert index.match(content_keys("brachydactyly".split())) is None  # one word of two is not enough
     assert "ventricle" in index.vocab and "the" in index.vocab
+
+
+def test_partial_matches_never_drop_the_head_of_a_name():
+    names = ["Abnormality of the left ventricle", "Optic nerve diseases", "Congenital heart block", "Hypertrophy, Left Ventricular"]
+    assert [name_head(n) for n in names] == ["abnormality", "disease", "block", "hypertrophy"]
+    index = NameIndex(names)
+    assert index.match(content_keys("heart block".split())) == "partial"  # one of three words missing, not the head
+    assert index.match(content_keys("congenital heart".split())) is None  # the head is missing
+    assert index.match(content_keys("optic nerve".split())) is None  # an organ, not its diseases
+    assert index.match(content_keys("left ventricle".split())) is None
+
+
+def test_acronyms_and_names_written_in_capitals():
+    assert is_acronym("VHL") and is_acronym("G6PD") and is_acronym("ALL")
+    assert not is_acronym("ANIRIDIA") and not is_acronym("Aniridia") and not is_acronym("NYSTAGMUS 1, CONGENITAL")
+    omim = ["ANIRIDIA", "Congenital aniridia", "Aniridia type 2", "VHL", "INCLUDED", "CATARACT 1, INCLUDED", "DEAFNESS 4, INCLUDED"]
+    nlp = spacy.blank("en")
+    doc = nlp("Aniridia and VHL were included; vhl and ANIRIDIA too.")
+    found = {doc[p.start : p.end].text for p in propose(doc, NameIndex(omim))}
+    # OMIM writes whole names in capitals: "aniridia" is a word; "included" is its notation; "vhl" is no acronym
+    assert found == {"Aniridia", "VHL", "ANIRIDIA"}
+
+
+def test_short_acronyms_only_where_the_text_introduces_them():
+    index = NameIndex(["MS", "Multiple sclerosis", "VHL"])
+    nlp = spacy.blank("en")
+    doc = nlp("MS and VHL were seen.")
+    assert {doc[p.start : p.end].text for p in propose(doc, index)} == {"VHL"}  # "MS" alone is too short to trust
+    doc = nlp("Multiple sclerosis (MS) is common; MS and VHL were seen.")
+    found = [doc[p.start : p.end].text for p in propose(doc, index, short_forms={"MS"})]
+    assert found.count("MS") == 2 and "VHL" in found
+
+
+def test_function_words_other_than_prepositions_and_coordinators_end_a_proposal():
+    index = NameIndex(["Second cancer", "Abnormality of the hand"])
+    nlp = spacy.blank("en")
+    doc = nlp("Cancer is the second cause; an abnormality of the hand.")
+    assert {doc[p.start : p.end].text for p in propose(doc, index)} == {"abnormality of the hand"}
+
+
+def test_names_with_kb_modifiers_before_them_are_proposed_as_modified():
+    names = ["Breast cancer", "Hereditary deafness", "Hereditary ataxia", "Hereditary neuropathy", "X-linked ichthyosis",
+             "X-linked agammaglobulinemia", "X-linked hypophosphatemia"]
+    index = NameIndex(names)
+    assert {"hereditary", "x", "linked"} <= index.modifiers and "breast" not in index.modifiers  # in one name only
+    nlp = spacy.blank("en")
+    doc = nlp("Her hereditary breast cancer and X-linked breast cancer.")
+    found = {(doc[p.start : p.end].text, p.kind) for p in propose(doc, index, max_modifiers=2)}
+    assert {("hereditary breast cancer", "modified"), ("X-linked breast cancer", "modified"), ("breast cancer", "exact")} <= found
+    assert all(p.kind != "modified" for p in propose(doc, index))  # off by default
 
 
 def test_generic_words_capital_names_and_coordinations():
@@ -92,11 +142,41 @@ def test_finds_variants_the_ruler_misses_and_links_them(kb_path, tiny_bert_path)
     assert all(e.kb_id_ and e._.cui_candidates for e in doc.ents)
 
 
+def test_a_short_form_the_text_defines_is_scored_through_its_long_form(kb_path, tiny_bert_path, monkeypatch):
+    """"GALT", defined as an enzyme, is searched as the enzyme: a KB name "GALT" does not make it a mention."""
+    text = "Galactose uridyltransferase (GALT) activity fell; GALT was low."
+    for abbreviations, expected in ((True, []), (False, ["GALT", "GALT"])):
+        nlp = build_pipeline(kb_path, "span_finder", encoder=tiny_bert_path, label="DISEASE", linker_config=FP32,
+                             abbreviations=False, span_finder_config={"abbreviations": abbreviations})
+        finder = nlp.get_pipe("sapbert_span_finder")
+        searched = []
+
+        def scores(texts, searched=searched):
+            searched.extend(texts)
+            return {t: 1.0 if t == "GALT" else 0.0 for t in texts}
+
+        monkeypatch.setattr(finder, "_scores", scores)
+        monkeypatch.setattr(finder, "name_index", lambda: NameIndex(["GALT", "Galactosemia"]))
+        assert [e.text for e in nlp(text).ents] == expected
+        assert ("Galactose uridyltransferase" in searched) is abbreviations
+
+
+def test_a_coordination_is_kept_when_each_of_its_parts_matches(kb_path, tiny_bert_path, monkeypatch):
+    """The whole "breast and ovarian cancer" is no KB name; its parts are, as the linker splits it."""
+    nlp = finder_nlp(kb_path, tiny_bert_path, threshold=0.9, partial_threshold=0.9)
+    finder = nlp.get_pipe("sapbert_span_finder")
+    monkeypatch.setattr(finder, "name_index", lambda: NameIndex(["Breast cancer", "Ovarian cancer"]))
+    for part_scores, expected in (({"ovarian cancer": 1.0, "breast cancer": 0.95}, ["breast and ovarian cancer"]),
+                                  ({"ovarian cancer": 1.0, "breast cancer": 0.5}, ["ovarian cancer"])):
+        monkeypatch.setattr(finder, "_scores", lambda texts, s=part_scores: {t: s.get(t, 0.2) for t in texts})
+        assert [e.text for e in nlp("Women with breast and ovarian cancer.").ents] == expected
+
+
 def test_threshold_lets_the_encoder_reject_proposals(kb_path, tiny_bert_path):
     nlp = finder_nlp(kb_path, tiny_bert_path, threshold=1.5, partial_threshold=1.5)
     assert list(nlp("Two tumours and breast cancer.").ents) == []
     nlp = finder_nlp(kb_path, tiny_bert_path, threshold=0.0, partial_threshold=1.5)
-    assert [e.text for e in nlp("Abnormal left ventricle, breast cancer.").ents] == ["breast cancer"]
+    assert [e.text for e in nlp("Abnormality of left, breast cancer.").ents] == ["breast cancer"]
 
 
 def test_overlaps_resolved_longest_first_or_all_kept_in_a_span_group(kb_path, tiny_bert_path):

@@ -136,6 +136,11 @@ class Counts:
     doc_predicted: int = 0
     doc_predicted_right: int = 0
     doc_gold_found: int = 0
+    # predictions that are no gold span, by how they meet the gold spans
+    wrong_inside_gold: int = 0  # "breast cancer" in gold "hereditary breast cancer"
+    wrong_containing_gold: int = 0  # "severe neutropenia" around gold "neutropenia"
+    wrong_crossing_gold: int = 0
+    wrong_apart_from_gold: int = 0  # overlapping no gold span ("VHL" the gene)
 
     def add(self, other: "Counts") -> None:
         for key, value in vars(other).items():
@@ -153,6 +158,17 @@ def score_document(
     c.exact = len(gold_by_span.keys() & pred_by_span.keys())
     c.overlap_predicted = sum(any(p[0] < g[1] and g[0] < p[1] for g in gold_by_span) for p in pred_by_span)
     c.overlap_gold = sum(any(p[0] < g[1] and g[0] < p[1] for p in pred_by_span) for g in gold_by_span)
+
+    for p in pred_by_span.keys() - gold_by_span.keys():
+        met = [g for g in gold_by_span if p[0] < g[1] and g[0] < p[1]]
+        if not met:
+            c.wrong_apart_from_gold += 1
+        elif any(g[0] <= p[0] and p[1] <= g[1] for g in met):
+            c.wrong_inside_gold += 1
+        elif any(p[0] <= g[0] and g[1] <= p[1] for g in met):
+            c.wrong_containing_gold += 1
+        else:
+            c.wrong_crossing_gold += 1
 
     c.link_gold = sum(bool(g.ids) for g in gold_by_span.values())
     for span, p in pred_by_span.items():
@@ -366,6 +382,10 @@ def evaluate_end_to_end(
             "predicted": total.predicted,
             "predicted_linked": total.link_predicted,
             "exact_matches": total.exact,
+            "wrong_inside_gold": total.wrong_inside_gold,
+            "wrong_containing_gold": total.wrong_containing_gold,
+            "wrong_crossing_gold": total.wrong_crossing_gold,
+            "wrong_apart_from_gold": total.wrong_apart_from_gold,
             "link_right": total.link_right,
             "doc_gold_concepts": total.doc_gold,
             "doc_predicted_concepts": total.doc_predicted,
