@@ -29,8 +29,9 @@ from spacy_sapbert.abbreviations import introduced_short_forms
 from spacy_sapbert.defaults import DEFAULT_DETECTOR, HPO_SPAN_FINDER, default_kb_path
 from spacy_sapbert.evaluation.datasets import DEFAULT_DATA_DIR, read_gscplus, read_pubtator
 from spacy_sapbert.evaluation.end_to_end import Counts, gold_spans, predicted_spans, score_document, summarize_counts
+from spacy_sapbert.normalize import STOPWORDS, WORD, content_keys, word_key
 from spacy_sapbert.pipelines import build_pipeline
-from spacy_sapbert.span_finder import _WORD, STOPWORDS, content_keys, propose, word_key
+from spacy_sapbert.span_finder import propose
 
 GSC_DEV = Path("../shared/data/gscplus-dev/GSCplus_dev_gold.tsv")
 OUT = Path("benchmarks/results/hpo_default.json")
@@ -85,7 +86,7 @@ def miss_kinds(nlp, docs) -> Dict[str, List[str]]:
             if (g.start, g.end) in found:
                 continue
             text = d.text[g.start : g.end]
-            words = _WORD.findall(text.lower())
+            words = WORD.findall(text.lower())
             if (g.start, g.end) in proposed:
                 kind = "proposed, below threshold or lost an overlap"
             elif any(g.start < e[1] and e[0] < g.end for e in found):

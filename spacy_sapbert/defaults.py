@@ -3,14 +3,15 @@ and a ready pipeline that finds phenotype mentions with the span finder.
 
 The KB is built on first use into a cache folder (``SPACY_SAPBERT_CACHE`` overrides
 ``~/.cache/spacy-sapbert``) and reused afterwards; its folder name carries the HPO release
-and the encoder fingerprint, so a new release or encoder builds a new KB.
+and the encoder fingerprint, so a new release or encoder builds a new KB (and so does a new
+``DEFAULT_KB_REVISION``).
 """
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set, Union
+from typing import Dict, Iterable, List, Optional, Set, Union
 
 from spacy.language import Language
 
@@ -27,6 +28,8 @@ DEFAULT_DETECTOR = "span_finder"
 # defaults, chosen on NCBI-disease dev with MEDIC.
 HPO_SPAN_FINDER = {"threshold": 0.95, "partial_threshold": 0.96}
 PHENOTYPIC_ABNORMALITY = "HP:0000118"
+# What the default KB folder holds; a new revision builds a new folder (2: the is_a hierarchy).
+DEFAULT_KB_REVISION = 2
 
 
 def cache_dir() -> Path:
@@ -50,17 +53,12 @@ def hpo_release(path: Optional[Path] = None) -> str:
     return "unknown"
 
 
-def hpo_phenotype_ids(path: Optional[Path] = None, root: str = PHENOTYPIC_ABNORMALITY) -> Set[str]:
-    """Ids under ``root`` by ``is_a``: the default links phenotypes, not HPO's clinical
-    modifiers ("Mild", "Prolonged") or modes of inheritance, which are noise in running text."""
+def descendants(records: Iterable[ConceptRecord], root: str) -> Set[str]:
+    """``root`` and every concept under it by the records' ``parents`` (``is_a``)."""
     children: Dict[str, List[str]] = {}
-    term = None
-    with open(path or hpo_obo_path(), encoding="utf8") as f:
-        for line in f:
-            if line.startswith("id: "):
-                term = line[4:].strip()
-            elif line.startswith("is_a: ") and term:
-                children.setdefault(line[6:].split("!")[0].strip(), []).append(term)
+    for r in records:
+        for parent in r.parents:
+            children.setdefault(parent, []).append(r.id)
     found, todo = {root}, [root]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -70,12 +68,15 @@ def hpo_phenotype_ids(path: Optional[Path] = None, root: str = PHENOTYPIC_ABNORM
     return found
 
 
-def hpo_records() -> Iterator[ConceptRecord]:
-    """HPO's phenotypic abnormalities (non-obsolete; EXACT and RELATED synonyms)."""
+def hpo_records() -> List[ConceptRecord]:
+    """HPO's phenotypic abnormalities (non-obsolete; EXACT and RELATED synonyms; ``is_a`` parents).
+    The default links phenotypes, not HPO's clinical modifiers ("Mild", "Prolonged") or modes of
+    inheritance, which are noise in running text."""
     from .ontologies.obo import read_obo
 
-    keep = hpo_phenotype_ids()
-    return (r for r in read_obo(hpo_obo_path()) if r.id in keep)
+    records = list(read_obo(hpo_obo_path()))
+    keep = descendants(records, PHENOTYPIC_ABNORMALITY)
+    return [r for r in records if r.id in keep]
 
 
 def default_kb_path(encoder: Union[SapEncoder, str, os.PathLike, None] = None, progress: bool = True) -> Path:
@@ -85,7 +86,7 @@ def default_kb_path(encoder: Union[SapEncoder, str, os.PathLike, None] = None, p
     from .build import build_kb_folder
 
     enc = encoder if isinstance(encoder, SapEncoder) else SapEncoder.load(resolve_encoder_path(encoder))
-    path = cache_dir() / f"hpo-{hpo_release()}-phenotypes-{enc.fingerprint[:12]}"
+    path = cache_dir() / f"hpo-{hpo_release()}-phenotypes-r{DEFAULT_KB_REVISION}-{enc.fingerprint[:12]}"
     if not (path / "meta.json").is_file():  # a process building it at the same time is waited for
         build_kb_folder(hpo_records(), enc, path, progress=progress, wait=True)
     apply_shipped_calibration(path, enc.fingerprint)  # the NIL threshold chosen on GSC+ dev (benchmarks/calibration.py)

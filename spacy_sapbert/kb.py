@@ -14,7 +14,9 @@ names) opens in well under a second without building Python objects:
   table plus ``<t>.rows.npy``, where each concept's items start;
 - ``name_offsets.npy`` / ``name_concepts.npy``: the name→concept rows, CSR-style;
 - ``concept_priors.npy`` (optional): a weight per concept, e.g. how often annotated text
-  uses it, that decides between the concepts of an ambiguous name (``concepts_of_name``).
+  uses it, that decides between the concepts of an ambiguous name (``concepts_of_name``);
+- ``concept_parents`` (optional, a list table): the ids of each concept's broader concepts
+  (OBO ``is_a``), so that a mention lacking a subtype's qualifier can get the broader concept.
 
 Version 1 folders (``names.txt``, ``display_names.txt``, ``concepts.jsonl``) still load,
 into Python lists; saving such a KB again writes version 2.
@@ -99,6 +101,7 @@ class ConceptKB:
         concept_xrefs: Optional[Sequence[List[str]]] = None,
         strip_punctuation: bool = False,
         concept_priors: Optional[np.ndarray] = None,
+        concept_parents: Optional[Sequence[List[str]]] = None,
     ):
         self.concept_ids = concept_ids
         self.concept_names = concept_names
@@ -111,6 +114,7 @@ class ConceptKB:
         self.strip_punctuation = strip_punctuation
         self.concept_xrefs = concept_xrefs if concept_xrefs is not None else [[] for _ in concept_ids]
         self.concept_priors = concept_priors
+        self.concept_parents = concept_parents
         self._row_of_id: Optional[Dict[str, int]] = None
         self._row_of_name: Optional[Dict[str, int]] = None
         self._name_counts: Optional[np.ndarray] = None
@@ -138,6 +142,7 @@ class ConceptKB:
         concept_names: List[str] = []
         concept_types: List[List[str]] = []
         concept_xrefs: List[List[str]] = []
+        concept_parents: List[List[str]] = []
         row_of_id: Dict[str, int] = {}
         name_rows: Dict[str, List[int]] = {}
         display: Dict[str, str] = {}
@@ -159,6 +164,7 @@ class ConceptKB:
                 row = row_of_id[cid]
                 concept_types[row] = list(dict.fromkeys(concept_types[row] + list(rec.types)))
                 concept_xrefs[row] = list(dict.fromkeys(concept_xrefs[row] + list(rec.xrefs)))
+                concept_parents[row] = list(dict.fromkeys(concept_parents[row] + list(rec.parents)))
             else:
                 row = len(concept_ids)
                 row_of_id[cid] = row
@@ -166,6 +172,7 @@ class ConceptKB:
                 concept_names.append(rec.name.strip() or cid)
                 concept_types.append(list(dict.fromkeys(rec.types)))
                 concept_xrefs.append(list(dict.fromkeys(rec.xrefs)))
+                concept_parents.append(list(dict.fromkeys(rec.parents)))
             for raw in rec.all_names:
                 key = normalize_name(raw, lowercase, strip_punctuation)
                 if not key:
@@ -190,6 +197,7 @@ class ConceptKB:
             strip_punctuation=strip_punctuation,
             concept_xrefs=concept_xrefs,
             concept_priors=None if priors is None else _prior_array(priors, row_of_id),
+            concept_parents=_known_parents(concept_parents, row_of_id),
         )
 
     # ------------------------------------------------------------------ lookups
@@ -223,6 +231,18 @@ class ConceptKB:
             self._name_counts = np.bincount(np.asarray(self.name_concepts), minlength=len(self.concept_ids))
         return self._name_counts
 
+    def ancestors(self, concept_id: str, max_depth: int = 3) -> List[str]:
+        """The broader concepts of ``concept_id`` up to ``max_depth`` ``is_a`` steps, nearest first
+        (empty without a hierarchy)."""
+        if self.concept_parents is None:
+            return []
+        found: List[str] = []
+        level = [concept_id]
+        for _ in range(max_depth):
+            level = [p for c in level for p in self.concept_parents[self.row_of_concept(c)] if p not in found]
+            found.extend(dict.fromkeys(level))
+        return found
+
     def row_of_concept(self, concept_id: str) -> int:
         if self._row_of_id is None:
             self._row_of_id = {c: i for i, c in enumerate(self.concept_ids)}
@@ -252,11 +272,12 @@ class ConceptKB:
             for c in self.concepts_of_name(i):
                 names[int(c)].append(self.display_names[i])
         out = []
-        for cid, cname, types, xrefs, ns in zip(
-            self.concept_ids, self.concept_names, self.concept_types, self.concept_xrefs, names
+        parents = self.concept_parents if self.concept_parents is not None else [[] for _ in self.concept_ids]
+        for cid, cname, types, xrefs, ns, ps in zip(
+            self.concept_ids, self.concept_names, self.concept_types, self.concept_xrefs, names, parents
         ):
             syn = [n for n in ns if n != cname]
-            out.append(ConceptRecord(id=cid, name=cname, synonyms=syn, types=list(types), xrefs=list(xrefs)))
+            out.append(ConceptRecord(id=cid, name=cname, synonyms=syn, types=list(types), xrefs=list(xrefs), parents=list(ps)))
         return out
 
     def stats(self) -> Dict[str, int]:
@@ -274,7 +295,7 @@ class ConceptKB:
 
         sha256 over ``"\\x1f".join(concept_ids)``, ``"\\x1f".join(names)`` (UTF-8) and the bytes
         of ``name_offsets`` and ``name_concepts`` (and of ``concept_priors`` when there are
-        any: they change the answers); the first 32 hex digits. Loaded tables are hashed from
+        any, and of ``concept_parents``: they change the answers); the first 32 hex digits. Loaded tables are hashed from
         their mapped bytes (no strings built) and the result is kept.
         """
         if self._fingerprint is not None:
@@ -284,6 +305,10 @@ class ConceptKB:
             _feed(h, part)
         if self.concept_priors is not None:
             _feed(h, np.asarray(self.concept_priors, dtype=np.float64))
+        if self.concept_parents is not None:
+            parents = ListTable.of(self.concept_parents)
+            _feed(h, _joined(parents.items))
+            _feed(h, np.asarray(parents.bounds, dtype=np.int64))
         digest = h.hexdigest()[:32]
         if isinstance(self.names, StringTable) and isinstance(self.concept_ids, StringTable):
             self._fingerprint = digest
@@ -308,6 +333,11 @@ class ConceptKB:
             save_npy(path / "concept_priors.npy", np.asarray(self.concept_priors, dtype=np.float64))
         else:
             (path / "concept_priors.npy").unlink(missing_ok=True)
+        if self.concept_parents is not None:
+            ListTable.save(self.concept_parents, path / "concept_parents")
+        else:
+            for f in (*table_files(path / "concept_parents"), path / "concept_parents.rows.npy"):
+                f.unlink(missing_ok=True)
         write_json(
             path / "kb.json",
             {
@@ -317,6 +347,7 @@ class ConceptKB:
                 "strip_punctuation": self.strip_punctuation,
                 "fingerprint": self.fingerprint,
                 "priors": self.concept_priors is not None,
+                "parents": self.concept_parents is not None,
                 **self.stats(),
             },
         )
@@ -342,9 +373,10 @@ class ConceptKB:
             )
             ctypes, cxrefs = (ListTable.load(path / name, mmap) for name in ("concept_types", "concept_xrefs"))
         priors = load_npy(path / "concept_priors.npy", mmap) if meta.get("priors") else None
+        parents = ListTable.load(path / "concept_parents", mmap) if meta.get("parents") else None
         kb = cls(
             ids, cnames, ctypes, names, display, offsets, flat, meta.get("lowercase", True), cxrefs,
-            strip_punctuation=meta.get("strip_punctuation", False), concept_priors=priors,
+            strip_punctuation=meta.get("strip_punctuation", False), concept_priors=priors, concept_parents=parents,
         )
         kb._check(path, meta)
         return kb
@@ -365,6 +397,8 @@ class ConceptKB:
         }
         if self.concept_priors is not None:
             expected["concept_priors.npy"] = (self.concept_priors, n_concepts)
+        if self.concept_parents is not None:
+            expected["concept_parents"] = (self.concept_parents, n_concepts)
         for name, (table, n) in expected.items():
             if len(table) != n:
                 where = name if name.endswith(".npy") else _where(path, name, meta["version"])
@@ -409,7 +443,7 @@ class ConceptKB:
             priors = np.asarray(self.concept_priors)
             if not np.issubdtype(priors.dtype, np.floating) or not (np.isfinite(priors).all() and (priors >= 0).all()):
                 raise ValueError(f"{path / 'concept_priors.npy'}: priors must be finite floats >= 0")
-        for name in STRING_TABLES + LIST_TABLES:
+        for name in STRING_TABLES + LIST_TABLES + ("concept_parents",):
             table = getattr(self, name)
             if hasattr(table, "validate"):
                 table.validate()
@@ -425,6 +459,13 @@ def _prior_array(priors: Mapping[str, float], row_of_id: Mapping[str, int]) -> n
             raise ValueError(f"prior for {cid!r} is {weight!r}: priors must be finite and >= 0")
         out[row_of_id[cid]] = weight
     return out
+
+
+def _known_parents(parents: List[List[str]], row_of_id: Mapping[str, int]) -> Optional[List[List[str]]]:
+    """Each concept's parents that are concepts of this KB (a KB may hold a branch of an
+    ontology); None when no concept has one."""
+    known = [[p for p in ps if p in row_of_id] for ps in parents]
+    return known if any(known) else None
 
 
 def value_range(arr: np.ndarray) -> tuple:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import string
 import unicodedata
+from typing import FrozenSet, Iterable
 
 _WS = re.compile(r"\s+")
 _PUNCT_RUN = re.compile(r"[\s{}]+".format(re.escape(string.punctuation)))
@@ -22,3 +23,53 @@ def normalize_name(text: str, lowercase: bool = True, strip_punctuation: bool = 
     text = unicodedata.normalize("NFKC", text)
     text = (_PUNCT_RUN if strip_punctuation else _WS).sub(" ", text).strip()
     return text.lower() if lowercase else text
+
+
+# ---------------------------------------------------------------------------- word keys
+# What the span finder and the linker's ranking compare words by: a mention and a name match
+# word for word when their content words have the same keys ("tumours" and "Tumor").
+WORD = re.compile(r"[^\W_]+")
+# Function words: not counted when names are compared (the span finder lets some inside a
+# mention, "abnormality of the hand", never at its edges).
+STOPWORDS = frozenset(
+    "a an and are as at be been but by during for from has have in into is it its no nor not of on or "
+    "other such than that the their these this those to was were which with within without".split()
+)
+_BRITISH = (("aemia", "emia"), ("haem", "hem"), ("paed", "ped"), ("oedem", "edem"), ("oesoph", "esoph"),
+            ("oestr", "estr"), ("foet", "fet"), ("coel", "cel"), ("diarrhoea", "diarrhea"), ("ischaem", "ischem"),
+            ("leukaem", "leukem"), ("gynaec", "gynec"), ("orthopaed", "orthoped"), ("faec", "fec"))
+
+
+def word_key(word: str) -> str:
+    """A lower-cased word reduced to the form its variants share: singular, American spelling.
+
+    Applied to KB names and text alike, so the rules need only be consistent, not linguistically
+    perfect ("tumours" → "tumor", "vertebrae" → "vertebra", "anaemia" → "anemia", "localised" →
+    "localize").
+    """
+    w = word.lower()
+    if len(w) <= 3 or w.isdigit():
+        return w
+    for british, american in _BRITISH:
+        if british in w:
+            w = w.replace(british, american)
+    if w.endswith("ae") and len(w) > 5:
+        w = w[:-1]
+    elif w.endswith("ies") and len(w) > 4:
+        w = w[:-3] + "y"
+    elif w.endswith(("ches", "shes", "xes", "sses")):
+        w = w[:-2]
+    elif w.endswith(("oses", "yses", "stases")) and len(w) > 5:
+        w = w[:-2] + "is"  # stenoses, paralyses, metastases; not diseases
+    elif w.endswith("s") and not w.endswith(("ss", "us", "is", "ys")):
+        w = w[:-1]
+    if w.endswith("our") and len(w) > 5:
+        w = w[:-3] + "or"  # tumour, behaviour
+    if w.endswith(("ised", "ising", "isation")):
+        w = re.sub(r"is(ed|ing|ation)$", r"iz\1", w)
+    return w
+
+
+def content_keys(words: Iterable[str]) -> FrozenSet[str]:
+    """The keys of the words that are not function words."""
+    return frozenset(word_key(w) for w in words if w.lower() not in STOPWORDS)

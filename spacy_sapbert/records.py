@@ -15,7 +15,8 @@ class ConceptRecord:
 
     ``names`` keeps the original casing (for display); the KB normalises for search.
     ``xrefs`` holds cross-references such as ``UMLS:C0011849`` or ``MESH:D003920``;
-    ``sources`` the (vocabulary, local id) pairs merged into this concept.
+    ``sources`` the (vocabulary, local id) pairs merged into this concept; ``parents`` the ids
+    of the broader concepts it is a kind of (OBO ``is_a``).
     """
 
     id: str
@@ -24,6 +25,7 @@ class ConceptRecord:
     types: List[str] = field(default_factory=list)
     xrefs: List[str] = field(default_factory=list)
     sources: List[Tuple[str, str]] = field(default_factory=list)
+    parents: List[str] = field(default_factory=list)
 
     @property
     def all_names(self) -> List[str]:
@@ -44,6 +46,8 @@ class ConceptRecord:
             d["xrefs"] = list(self.xrefs)
         if self.sources:
             d["sources"] = [list(s) for s in self.sources]
+        if self.parents:
+            d["parents"] = list(self.parents)
         return d
 
     @classmethod
@@ -55,6 +59,7 @@ class ConceptRecord:
             types=[str(t) for t in d.get("types", []) or []],  # type: ignore[union-attr]
             xrefs=[str(x) for x in d.get("xrefs", []) or []],  # type: ignore[union-attr]
             sources=[(str(a), str(b)) for a, b in d.get("sources", []) or []],  # type: ignore[union-attr]
+            parents=[str(x) for x in d.get("parents", []) or []],  # type: ignore[union-attr]
         )
 
 

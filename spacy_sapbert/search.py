@@ -17,12 +17,17 @@ from .encoder import SapEncoder
 from .fileio import atomic_dir, atomic_open, read_json, write_json
 from .index import VectorIndex
 from .kb import ConceptKB
+from .normalize import WORD, content_keys
 from .records import ConceptRecord
 
 FORMAT = "spacy-sapbert-linking-kb"
 VERSION = 1
 META_FILE = "meta.json"
 BELOW_ONE = float(np.nextafter(1.0, 0.0))  # the highest score a name that is not the query itself gets
+# A broader concept this close to the top candidate's score is ranked first when the top name adds
+# words the mention lacks ("systolic murmur": "Systolic heart murmur" 0.963 over its subtype
+# "Late systolic murmur" 0.977; see ``prefer_broader``).
+BROADER_MARGIN = 0.03
 
 
 class EncoderMismatchError(ValueError):
@@ -129,7 +134,8 @@ class LinkingKB:
 
         Scores are cosines, so they are clipped to [-1, 1] (float rounding gave an exact name
         1.0000001). With ``queries`` (the normalised query strings), a name equal to its query
-        scores exactly 1.0 and every other name less, so ``threshold=1.0`` keeps exact names only.
+        scores exactly 1.0 and every other name less, so ``threshold=1.0`` keeps exact names only;
+        in a KB with a hierarchy, a broader concept may then be ranked first (``prefer_broader``).
         """
         name_k = name_k or max(4 * top_k, 20)
         scores, rows = self.search_names(vectors, name_k)
@@ -150,8 +156,30 @@ class LinkingKB:
                     if c not in best or score > best[c].score:
                         best[c] = Candidate(self.kb.concept_ids[c], self.kb.display_names[name_row], score, ambiguous)
             ranked = sorted(best.values(), key=lambda cand: -cand.score)
+            if queries is not None and self.kb.concept_parents is not None:
+                ranked = self.prefer_broader(ranked, queries[i])
             out.append(ranked[:top_k])
         return out
+
+    def prefer_broader(self, ranked: List[Candidate], query: str) -> List[Candidate]:
+        """``ranked`` with a broader concept first where the mention does not say what the top one
+        adds: when the top name has content words the query lacks ("*late* systolic murmur" for
+        "systolic murmur") and an ancestor of its concept whose name holds all the query's words
+        scores within ``BROADER_MARGIN`` ("Systolic heart murmur"). A subtype's qualifier that
+        the text does not state is a guess; its parent is what the text says."""
+        if len(ranked) < 2 or ranked[0].score >= 1.0:
+            return ranked
+        top = ranked[0]
+        said = content_keys(WORD.findall(query))
+        if content_keys(WORD.findall(top.name)) <= said:
+            return ranked
+        ancestors = set(self.kb.ancestors(top.concept_id))
+        for j, cand in enumerate(ranked[1:], 1):
+            if top.score - cand.score > BROADER_MARGIN:
+                break
+            if cand.concept_id in ancestors and said <= content_keys(WORD.findall(cand.name)):
+                return [cand] + ranked[:j] + ranked[j + 1 :]
+        return ranked
 
     def link(self, encoder: SapEncoder, mentions: Sequence[str], top_k: int = 5, batch_size: int = 128) -> List[List[Candidate]]:
         """Normalise, encode and search ``mentions`` (checks the encoder first)."""

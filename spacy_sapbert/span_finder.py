@@ -10,7 +10,6 @@ nested spans are kept in a span group.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Collection, Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
@@ -20,15 +19,9 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import filter_spans, minibatch
 
 from .abbreviations import expand_abbreviations, find_abbreviations, introduced_short_forms
+from .normalize import STOPWORDS, WORD, word_key
 
 RESOLVE_MODES = ("longest", "best", "all")
-_WORD = re.compile(r"[^\W_]+")
-# Function words: allowed inside a mention ("abnormality of the hand"), never at its edges, and not
-# counted when names are compared.
-STOPWORDS = frozenset(
-    "a an and are as at be been but by during for from has have in into is it its no nor not of on or "
-    "other such than that the their these this those to was were which with within without".split()
-)
 # The function words a mention may contain ("abnormality of the hand", "breast and/or ovarian
 # cancer"); any other ("is", "was", "not", "which") ends a candidate: "cancer is the second" is no mention.
 INNER_WORDS = frozenset("a an and at by during for from in into of on or the to with within without".split())
@@ -47,50 +40,12 @@ MIN_MODIFIER_NAMES = 3
 MIN_UNDEFINED_ACRONYM_CHARS = 3
 # Between the conjuncts of a coordinated mention ("breast and/or ovarian cancer").
 COORDINATORS = frozenset({"and", "or", "and/or", "/", ","})
-_BRITISH = (("aemia", "emia"), ("haem", "hem"), ("paed", "ped"), ("oedem", "edem"), ("oesoph", "esoph"),
-            ("oestr", "estr"), ("foet", "fet"), ("coel", "cel"), ("diarrhoea", "diarrhea"), ("ischaem", "ischem"),
-            ("leukaem", "leukem"), ("gynaec", "gynec"), ("orthopaed", "orthoped"), ("faec", "fec"))
-
-
-def word_key(word: str) -> str:
-    """A lower-cased word reduced to the form its variants share: singular, American spelling.
-
-    Applied to KB names and text alike, so the rules need only be consistent, not linguistically
-    perfect ("tumours" → "tumor", "vertebrae" → "vertebra", "anaemia" → "anemia", "localised" →
-    "localize").
-    """
-    w = word.lower()
-    if len(w) <= 3 or w.isdigit():
-        return w
-    for british, american in _BRITISH:
-        if british in w:
-            w = w.replace(british, american)
-    if w.endswith("ae") and len(w) > 5:
-        w = w[:-1]
-    elif w.endswith("ies") and len(w) > 4:
-        w = w[:-3] + "y"
-    elif w.endswith(("ches", "shes", "xes", "sses")):
-        w = w[:-2]
-    elif w.endswith(("oses", "yses", "stases")) and len(w) > 5:
-        w = w[:-2] + "is"  # stenoses, paralyses, metastases; not diseases
-    elif w.endswith("s") and not w.endswith(("ss", "us", "is", "ys")):
-        w = w[:-1]
-    if w.endswith("our") and len(w) > 5:
-        w = w[:-3] + "or"  # tumour, behaviour
-    if w.endswith(("ised", "ising", "isation")):
-        w = re.sub(r"is(ed|ing|ation)$", r"iz\1", w)
-    return w
-
-
-def content_keys(words: Iterable[str]) -> FrozenSet[str]:
-    """The keys of the words that are not function words."""
-    return frozenset(word_key(w) for w in words if w.lower() not in STOPWORDS)
 
 
 def is_acronym(name: str) -> bool:
     """Is ``name`` written like an acronym: in capitals, every word short or with a digit ("VHL",
     "G6PD", "ALL")? OMIM writes whole names in capitals ("ANIRIDIA"): those are words, not acronyms."""
-    return name.isupper() and all(len(w) <= 5 or any(c.isdigit() for c in w) for w in _WORD.findall(name))
+    return name.isupper() and all(len(w) <= 5 or any(c.isdigit() for c in w) for w in WORD.findall(name))
 
 
 def name_head(name: str) -> Optional[str]:
@@ -98,7 +53,7 @@ def name_head(name: str) -> Optional[str]:
     ("glucose-6-phosphate dehydrogenase *deficiency*", MeSH's inverted "*Hypertrophy*, Left
     Ventricular", HPO's "*Abnormality* of the hand")."""
     words = []
-    for w in _WORD.findall(name.split(",")[0]):
+    for w in WORD.findall(name.split(",")[0]):
         if w.lower() in PREPOSITIONS and words:
             break
         if w.lower() not in STOPWORDS:
@@ -132,7 +87,7 @@ class NameIndex:
         case_counts: Dict[str, List[int]] = {}  # word → [names in capitals, other names] it is in
         n_names = 0
         for name in names:
-            words = _WORD.findall(name)
+            words = WORD.findall(name)
             content = [self.key(w) for w in words if w.lower() not in STOPWORDS]
             keys = frozenset(content)
             if not keys or not any(k.isalpha() for k in keys):
@@ -186,7 +141,7 @@ class NameIndex:
             elif text in STOPWORDS:
                 self._tokens[lower] = None
             else:
-                keys = tuple(self.key(w) for w in _WORD.findall(text))
+                keys = tuple(self.key(w) for w in WORD.findall(text))
                 self._tokens[lower] = keys if keys and all(k in self.vocab for k in keys) else None
         return self._tokens[lower]
 

@@ -250,6 +250,16 @@ class ListTable(Sequence[List[str]]):
         StringTable.save(items, prefix)
         save_npy(_rows_file(prefix), bounds)
 
+    @classmethod
+    def of(cls, rows: Sequence[Sequence[str]]) -> "ListTable":
+        """``rows`` as a ``ListTable`` (itself when it is one)."""
+        return rows if isinstance(rows, ListTable) else cls.from_lists(rows)
+
+    @property
+    def bounds(self) -> np.ndarray:
+        """Where each row's items start (n + 1 values): with ``items``, the table's bytes."""
+        return self._rows
+
     def __len__(self) -> int:
         return self._n
 

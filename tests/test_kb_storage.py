@@ -71,6 +71,24 @@ def test_round_trip_matches_the_in_memory_kb(tmp_path):
     assert _columns(ConceptKB.from_disk(tmp_path / "copy")) == _columns(kb)
 
 
+def test_parents_round_trip_and_give_the_ancestors(tmp_path):
+    records = [R("A", "Heart murmur"), R("B", "Systolic heart murmur", parents=["A"]),
+               R("C", "Late systolic murmur", parents=["B", "NOT-IN-KB"])]
+    kb = ConceptKB.from_records(records)
+    assert list(kb.concept_parents) == [[], ["A"], ["B"]]  # a parent outside the KB is dropped
+    assert kb.ancestors("C") == ["B", "A"] and kb.ancestors("C", max_depth=1) == ["B"] and kb.ancestors("A") == []
+    kb.to_disk(tmp_path / "kb")
+    loaded = ConceptKB.from_disk(tmp_path / "kb")
+    assert list(loaded.concept_parents) == [[], ["A"], ["B"]] and loaded.ancestors("C") == ["B", "A"]
+    assert loaded.fingerprint == kb.fingerprint != ConceptKB.from_records([R(r.id, r.name) for r in records]).fingerprint
+    assert [r.parents for r in loaded.records()] == [[], ["A"], ["B"]]
+    flat = ConceptKB.from_records([R("A", "Heart murmur")])
+    assert flat.concept_parents is None and flat.ancestors("A") == []
+    flat.to_disk(tmp_path / "kb")  # saved over the folder: the hierarchy's files go
+    assert ConceptKB.from_disk(tmp_path / "kb").concept_parents is None
+    assert not list((tmp_path / "kb").glob("concept_parents*"))
+
+
 def test_format_1_folders_still_load_and_save_as_format_2(tmp_path):
     kb = ConceptKB.from_records(RECORDS)
     _write_v1(kb, tmp_path / "v1")

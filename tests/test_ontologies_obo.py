@@ -26,6 +26,7 @@ def test_obo_reads_names_synonyms_xrefs_and_drops_obsolete():
     assert seizure.synonyms == ["Epileptic seizure", "Seizures", "Fits"]  # obsolete_synonym excluded
     assert seizure.xrefs == ["HP:0002279", "UMLS:C0036572", "MSH:D012640"]
     assert seizure.sources == [("HP", "HP:0001250")]
+    assert seizure.parents == ["HP:0012638"]  # is_a, its "! name" comment dropped
     go = recs["GO:0008150"]
     assert go.name == "biological_process"  # trailing '! comment' removed
     assert go.types == ["biological_process"]

@@ -4,10 +4,11 @@ from __future__ import annotations
 import pytest
 import spacy
 
+from spacy_sapbert.normalize import content_keys, word_key
 from spacy_sapbert.pipelines import build_pipeline
 from spacy_sapbert.records import ConceptRecord as R
 from spacy_sapbert.search import LinkingKB
-from spacy_sapbert.span_finder import NameIndex, content_keys, is_acronym, name_head, propose, word_key
+from spacy_sapbert.span_finder import NameIndex, is_acronym, name_head, propose
 
 RECORDS = [
     R("D:1", "Breast cancer", ["Carcinoma of the breast"]),

@@ -115,7 +115,8 @@ def read_obo(
 
     ``synonym_scopes``: which of EXACT/RELATED/NARROW/BROAD become synonyms.
     ``exclude_synonym_types``: synonym types never used (HPO marks retired names
-    ``obsolete_synonym``). Alt ids and xrefs go to ``xrefs``; the namespace to ``types``.
+    ``obsolete_synonym``). Alt ids and xrefs go to ``xrefs``; the namespace to ``types``;
+    ``is_a`` to ``parents``.
     A stanza without id or name, a duplicate id, or a malformed synonym is an error naming
     file and line; with ``lenient=True`` it is skipped and counted in ``summary``.
     """
@@ -163,5 +164,6 @@ def read_obo(
             types=unique(namespaces),
             xrefs=unique(xrefs),
             sources=[(cid.split(":", 1)[0] if ":" in cid else "OBO", cid)],
+            parents=unique([_first_token(v) for v in tags.get("is_a", [])]),
         )
     summary.report()
