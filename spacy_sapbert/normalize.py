@@ -40,6 +40,19 @@ _BRITISH = (("aemia", "emia"), ("haem", "hem"), ("paed", "ped"), ("oedem", "edem
             ("leukaem", "leukem"), ("gynaec", "gynec"), ("orthopaed", "orthoped"), ("faec", "fec"))
 
 
+_BRITISH_OUR = re.compile(r"(?<=[a-z]{3})(?<!nt)our(?=[a-z]*\b)")  # tumour(s), behavioural; not four, hour, contour
+
+
+def american_spelling(text: str) -> str:
+    """``text`` lower-cased with British spellings made American ("anaemia" → "anemia",
+    "tumours" → "tumors"): an encoder trained mostly on American text scores the British form of
+    a name lower than the name itself."""
+    t = text.lower()
+    for british, american in _BRITISH:
+        t = t.replace(british, american)
+    return _BRITISH_OUR.sub("or", t)
+
+
 def word_key(word: str) -> str:
     """A lower-cased word reduced to the form its variants share: singular, American spelling.
 

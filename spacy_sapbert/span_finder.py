@@ -19,7 +19,7 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import filter_spans, minibatch
 
 from .abbreviations import expand_abbreviations, find_abbreviations, introduced_short_forms
-from .normalize import STOPWORDS, WORD, word_key
+from .normalize import STOPWORDS, WORD, american_spelling, word_key
 
 RESOLVE_MODES = ("longest", "best", "all")
 # The function words a mention may contain ("abnormality of the hand", "breast and/or ovarian
@@ -416,7 +416,8 @@ class SpanFinder:
         for those whose content words are a KB name's, ``partial_threshold`` for those missing one.
         A proposal is searched as the linker will search it: with the short forms the text defines
         replaced by their long forms, so that "GALT", defined as "galactose-1-phosphate
-        uridyltransferase (GALT)", scores as the enzyme it names.
+        uridyltransferase (GALT)", scores as the enzyme it names; a British spelling scores as
+        well as its American one ("tumours").
 
         The batch's proposals are searched together through the linker's cache, so the linker
         later finds the kept ones there. With ``resolve="longest"`` they are searched longest
@@ -435,15 +436,21 @@ class SpanFinder:
         linker = self._linker()
 
         def queries(d: int, p: Proposal) -> List[str]:
-            """The proposal's search string, then for a coordination its parts, as the linker searches them."""
+            """The proposal's search string, then for a coordination its parts, as the linker
+            searches them, or else its American spelling where it differs ("tumours")."""
             text = expand_abbreviations(docs[d][p.start : p.end].text, defined[d])
-            return linker.search_strings(text) if p.kind == "coordinated" else [text]
+            if p.kind == "coordinated":
+                return linker.search_strings(text)
+            us = american_spelling(text)
+            return [text, us] if us != text.lower() else [text]
 
         def scored(d: int, p: Proposal, scores: Dict[str, float]) -> float:
-            """The whole's score, or a coordination's weakest part's where every part matches better
-            (the linker then keeps the parts)."""
-            whole, *parts = queries(d, p)
-            return max(scores[whole], min(scores[q] for q in parts)) if parts else scores[whole]
+            """The better spelling's score; for a coordination, the whole's, or its weakest part's
+            where every part matches better (the linker then keeps the parts)."""
+            whole, *others = queries(d, p)
+            if p.kind != "coordinated" or not others:
+                return max(scores[q] for q in [whole, *others])
+            return max(scores[whole], min(scores[q] for q in others))
 
         if self.resolve != "longest":
             scores = self._scores({q for d, props in enumerate(proposals) for p in props for q in queries(d, p)})

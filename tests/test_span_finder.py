@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import spacy
 
-from spacy_sapbert.normalize import content_keys, word_key
+from spacy_sapbert.normalize import american_spelling, content_keys, word_key
 from spacy_sapbert.pipelines import build_pipeline
 from spacy_sapbert.records import ConceptRecord as R
 from spacy_sapbert.search import LinkingKB
@@ -160,6 +160,15 @@ def test_a_short_form_the_text_defines_is_scored_through_its_long_form(kb_path, 
         monkeypatch.setattr(finder, "name_index", lambda: NameIndex(["GALT", "Galactosemia"]))
         assert [e.text for e in nlp(text).ents] == expected
         assert ("Galactose uridyltransferase" in searched) is abbreviations
+
+
+def test_a_british_spelling_scores_as_its_american_one(kb_path, tiny_bert_path, monkeypatch):
+    assert american_spelling("Tumours and anaemia") == "tumors and anemia"
+    assert american_spelling("four hours, a contour") == "four hours, a contour"
+    nlp = finder_nlp(kb_path, tiny_bert_path, threshold=0.9)
+    finder = nlp.get_pipe("sapbert_span_finder")
+    monkeypatch.setattr(finder, "_scores", lambda texts: {t: 1.0 if t == "tumors" else 0.5 for t in texts})
+    assert [e.text for e in nlp("Two tumours.").ents] == ["tumours"]
 
 
 def test_a_coordination_is_kept_when_each_of_its_parts_matches(kb_path, tiny_bert_path, monkeypatch):
