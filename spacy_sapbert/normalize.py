@@ -38,9 +38,8 @@ STOPWORDS = frozenset(
 _BRITISH = (("aemia", "emia"), ("haem", "hem"), ("paed", "ped"), ("oedem", "edem"), ("oesoph", "esoph"),
             ("oestr", "estr"), ("foet", "fet"), ("coel", "cel"), ("diarrhoea", "diarrhea"), ("ischaem", "ischem"),
             ("leukaem", "leukem"), ("gynaec", "gynec"), ("orthopaed", "orthoped"), ("faec", "fec"))
-
-
-_BRITISH_OUR = re.compile(r"(?<=[a-z]{3})(?<!nt)our(?=[a-z]*\b)")  # tumour(s), behavioural; not four, hour, contour
+# "our" → "or" in tumour(s), tumourigenesis, behavioural, favoured, colouring; not four, hour, contour, resources
+_BRITISH_OUR = re.compile(r"(?<=[a-z]{3})(?<!nt)our(?=s?\b|[ai]|e[dr]|ing|ful|less)")
 
 
 def american_spelling(text: str) -> str:
@@ -63,9 +62,7 @@ def word_key(word: str) -> str:
     w = word.lower()
     if len(w) <= 3 or w.isdigit():
         return w
-    for british, american in _BRITISH:
-        if british in w:
-            w = w.replace(british, american)
+    w = american_spelling(w)
     if w.endswith("ae") and len(w) > 5:
         w = w[:-1]
     elif w.endswith("ies") and len(w) > 4:
@@ -76,8 +73,6 @@ def word_key(word: str) -> str:
         w = w[:-2] + "is"  # stenoses, paralyses, metastases; not diseases
     elif w.endswith("s") and not w.endswith(("ss", "us", "is", "ys")):
         w = w[:-1]
-    if w.endswith("our") and len(w) > 5:
-        w = w[:-3] + "or"  # tumour, behaviour
     if w.endswith(("ised", "ising", "isation")):
         w = re.sub(r"is(ed|ing|ation)$", r"iz\1", w)
     return w

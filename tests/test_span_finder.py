@@ -164,7 +164,8 @@ def test_a_short_form_the_text_defines_is_scored_through_its_long_form(kb_path, 
 
 def test_a_british_spelling_scores_as_its_american_one(kb_path, tiny_bert_path, monkeypatch):
     assert american_spelling("Tumours and anaemia") == "tumors and anemia"
-    assert american_spelling("four hours, a contour") == "four hours, a contour"
+    assert american_spelling("Tumourigenesis, behavioural") == "tumorigenesis, behavioral"
+    assert american_spelling("four hours, a contour, resources") == "four hours, a contour, resources"
     nlp = finder_nlp(kb_path, tiny_bert_path, threshold=0.9)
     finder = nlp.get_pipe("sapbert_span_finder")
     monkeypatch.setattr(finder, "_scores", lambda texts: {t: 1.0 if t == "tumors" else 0.5 for t in texts})
