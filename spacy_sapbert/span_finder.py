@@ -95,10 +95,9 @@ class NameIndex:
             n_names += 1
             for k in keys:
                 counts[k] = counts.get(k, 0) + 1
+                case_counts.setdefault(k, [0, 0])[0 if name.isupper() else 1] += 1
             for k in set(content[:-1]) if "," not in name else ():
                 before_another[k] = before_another.get(k, 0) + 1
-            for k in keys:
-                case_counts.setdefault(k, [0, 0])[0 if name.isupper() else 1] += 1
             if is_acronym(name):
                 self.capitals_only.add(keys)
             elif name.isupper():
@@ -435,14 +434,16 @@ class SpanFinder:
                    "modified": self.modifier_threshold}
         linker = self._linker()
 
+        asked: Dict[Tuple[int, Proposal], List[str]] = {}
+
         def queries(d: int, p: Proposal) -> List[str]:
             """The proposal's search string, then for a coordination its parts, as the linker
             searches them, or else its American spelling where it differs ("tumours")."""
-            text = expand_abbreviations(docs[d][p.start : p.end].text, defined[d])
-            if p.kind == "coordinated":
-                return linker.search_strings(text)
-            us = american_spelling(text)
-            return [text, us] if us != text.lower() else [text]
+            if (d, p) not in asked:
+                text = expand_abbreviations(docs[d][p.start : p.end].text, defined[d])
+                us = american_spelling(text)
+                asked[d, p] = linker.search_strings(text) if p.kind == "coordinated" else [text, us] if us != text.lower() else [text]
+            return asked[d, p]
 
         def scored(d: int, p: Proposal, scores: Dict[str, float]) -> float:
             """The better spelling's score; for a coordination, the whole's, or its weakest part's
