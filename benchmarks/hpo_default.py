@@ -25,13 +25,11 @@ import spacy
 import torch
 from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
 
-from spacy_sapbert.abbreviations import introduced_short_forms
 from spacy_sapbert.defaults import DEFAULT_DETECTOR, HPO_SPAN_FINDER, default_kb_path
 from spacy_sapbert.evaluation.datasets import DEFAULT_DATA_DIR, read_gscplus, read_pubtator
 from spacy_sapbert.evaluation.end_to_end import Counts, gold_spans, predicted_spans, score_document, summarize_counts
 from spacy_sapbert.normalize import STOPWORDS, WORD, content_keys, word_key
 from spacy_sapbert.pipelines import build_pipeline
-from spacy_sapbert.span_finder import propose
 
 GSC_DEV = Path("../shared/data/gscplus-dev/GSCplus_dev_gold.tsv")
 OUT = Path("benchmarks/results/hpo_default.json")
@@ -79,9 +77,7 @@ def miss_kinds(nlp, docs) -> Dict[str, List[str]]:
     kinds: Dict[str, List[str]] = {}
     for d, doc in zip(docs, nlp.pipe([d.text for d in docs])):
         found = {(e.start_char, e.end_char) for e in doc.ents}
-        props = propose(doc, index, finder.max_words, finder.max_generic_share, finder.acronyms,
-                        introduced_short_forms(doc.text), finder.max_modifiers)
-        proposed = {(doc[p.start].idx, doc[p.end - 1].idx + len(doc[p.end - 1])) for p in props}
+        proposed = {(doc[p.start].idx, doc[p.end - 1].idx + len(doc[p.end - 1])) for p in finder.proposals(doc)}
         for g in gold_spans(d):
             if (g.start, g.end) in found:
                 continue

@@ -27,9 +27,8 @@ BLOCK = "SPAN-FINDER-MEDIC"
 # Span finder settings: (threshold, partial_threshold), then the default with modified proposals on
 # ("hereditary breast cancer": up to 2 KB modifiers, kept at any score). The factory default (0.95,
 # 0.98, no modifiers) was chosen from this table by the mean mention F1 over the two dev sets (0.98 /
-# 1.01 ties it within 0.001 at lower recall); 1.01
-# switches partial matches off, threshold 1.0 keeps exact KB names and their variants (plural,
-# spelling, word order) only.
+# 1.01 ties it within 0.001 at lower recall). 1.01 switches partial matches off; threshold 1.0 keeps
+# exact KB names and their variants (plural, spelling, word order) only.
 SETTINGS: List[Dict[str, object]] = [
     {"threshold": t, "partial_threshold": pt} for t, pt in [(0.85, 0.96), (0.90, 0.97), (0.95, 0.98), (0.98, 1.01), (1.0, 1.01)]
 ] + [{"threshold": 0.95, "partial_threshold": 0.98, "max_modifiers": 2, "modifier_threshold": 0.0}]

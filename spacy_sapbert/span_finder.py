@@ -410,6 +410,11 @@ class SpanFinder:
             self.set_annotations(docs, self.predict(docs))
             yield from docs
 
+    def proposals(self, doc: Doc) -> List[Proposal]:
+        """``propose`` with this component's settings."""
+        return propose(doc, self.name_index(), self.max_words, self.max_generic_share, self.acronyms,
+                       introduced_short_forms(doc.text), self.max_modifiers)
+
     def predict(self, docs: Sequence[Doc]) -> List[List[Tuple[Span, float]]]:
         """Per doc, the proposals the encoder accepts, with their scores: at least ``threshold``
         for those whose content words are a KB name's, ``partial_threshold`` for those missing one.
@@ -423,13 +428,8 @@ class SpanFinder:
         first, and a proposal overlapping an accepted longer one (or, when only ``doc.ents`` is
         written, an entity an earlier detector set) is never searched: it could not be kept.
         """
-        index = self.name_index()
         defined = [find_abbreviations(doc.text) if self.abbreviations else {} for doc in docs]
-        proposals = [
-            propose(doc, index, self.max_words, self.max_generic_share, self.acronyms,
-                    introduced_short_forms(doc.text), self.max_modifiers)
-            for doc in docs
-        ]
+        proposals = [self.proposals(doc) for doc in docs]
         minimum = {"exact": self.threshold, "coordinated": self.threshold, "partial": self.partial_threshold,
                    "modified": self.modifier_threshold}
         linker = self._linker()
@@ -441,8 +441,11 @@ class SpanFinder:
             searches them, or else its American spelling where it differs ("tumours")."""
             if (d, p) not in asked:
                 text = expand_abbreviations(docs[d][p.start : p.end].text, defined[d])
-                us = american_spelling(text)
-                asked[d, p] = linker.search_strings(text) if p.kind == "coordinated" else [text, us] if us != text.lower() else [text]
+                if p.kind == "coordinated":
+                    asked[d, p] = linker.search_strings(text)
+                else:
+                    us = american_spelling(text)
+                    asked[d, p] = [text, us] if us != text.lower() else [text]
             return asked[d, p]
 
         def scored(d: int, p: Proposal, scores: Dict[str, float]) -> float:

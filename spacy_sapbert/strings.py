@@ -243,12 +243,9 @@ class ListTable(Sequence[List[str]]):
     @staticmethod
     def save(rows: Sequence[Sequence[str]], prefix: PathLike) -> None:
         """Write ``rows`` (a ``ListTable`` or any sequence of lists of str) as the table ``prefix``."""
-        if isinstance(rows, ListTable):
-            items, bounds = rows.items, rows._rows
-        else:
-            items, bounds = _flatten(rows)  # type: ignore[assignment]
-        StringTable.save(items, prefix)
-        save_npy(_rows_file(prefix), bounds)
+        table = ListTable.of(rows)
+        StringTable.save(table.items, prefix)
+        save_npy(_rows_file(prefix), table.bounds)
 
     @classmethod
     def of(cls, rows: Sequence[Sequence[str]]) -> "ListTable":
