@@ -8,6 +8,7 @@ are written after every run; ``--only-missing`` keeps earlier results and runs t
     python benchmarks/end_to_end.py                                   # the whole grid
     python benchmarks/end_to_end.py --datasets ncbi-disease --detectors ruler span_finder
     python benchmarks/end_to_end.py --only-missing --ner-model training_runs/ner/model-best
+    python benchmarks/end_to_end.py --dictionaries ontology --pipelines bc5cdr=pipelines/bc5cdr:ner bc5cdr-trf=pipelines/bc5cdr-trf:ner-trf
 """
 from __future__ import annotations
 
@@ -29,12 +30,19 @@ from spacy_sapbert.machine import machine_description
 README_BLOCK = "END-TO-END"
 
 
-def run_one(dataset: str, detector: str, dictionary: str, options: Dict[str, object]) -> Dict[str, object]:
-    """One evaluation (in a child process); a missing resource is recorded, not raised."""
+def run_one(dataset: str, detector: str, dictionary: str, options: Dict[str, object], pipeline: Optional[str] = None) -> Dict[str, object]:
+    """One evaluation (in a child process); a missing resource is recorded, not raised. ``pipeline``
+    ``NAME=DIR``: a saved pipeline run as it is."""
+    name, folder = pipeline.split("=", 1) if pipeline else (None, None)
+    key = {"dataset": dataset, "detector": detector, "dictionary": dictionary, "pipeline_name": name}
     try:
-        return evaluate_end_to_end(dataset, detector, dictionary, **options)  # type: ignore[arg-type]
+        return {**evaluate_end_to_end(dataset, detector, dictionary, pipeline=folder, **options), **key}  # type: ignore[arg-type]
     except (FileNotFoundError, ImportError, OSError) as e:
-        return {"dataset": dataset, "detector": detector, "dictionary": dictionary, "skipped": f"{type(e).__name__}: {e}"}
+        return {**key, "skipped": f"{type(e).__name__}: {e}"}
+
+
+def row_key(result: Dict[str, object]) -> tuple:
+    return (result["dataset"], result["detector"], result["dictionary"], result.get("pipeline_name"))
 
 
 def _grid_order(result: Dict[str, object]) -> tuple:
@@ -42,16 +50,19 @@ def _grid_order(result: Dict[str, object]) -> tuple:
     def at(values, value) -> int:
         return list(values).index(value) if value in values else len(values)
 
-    return (at(SPECS, result["dataset"]), at(DICTIONARIES, result["dictionary"]), at(DETECTORS, result["detector"]))
+    return (at(SPECS, result["dataset"]), at(DICTIONARIES, result["dictionary"]), bool(result.get("pipeline_name")),
+            at(DETECTORS, result["detector"]))
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", nargs="+", default=list(SPECS), choices=list(SPECS))
-    p.add_argument("--detectors", nargs="+", default=list(DETECTORS), choices=list(DETECTORS))
+    p.add_argument("--detectors", nargs="*", default=list(DETECTORS), choices=list(DETECTORS))
     p.add_argument("--dictionaries", nargs="+", default=list(DICTIONARIES), choices=list(DICTIONARIES))
     p.add_argument("--encoder", help="encoder folder (default: the offline MiniLM)")
     p.add_argument("--ner-model", help="spaCy NER pipeline for the ner detectors (default: the shipped one)")
+    p.add_argument("--pipelines", nargs="*", default=[], metavar="NAME=DIR:DETECTOR",
+                   help="saved pipelines to run as they are, each scored on every --datasets (their KBs are ontologies)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--output", type=Path, default=Path("benchmarks/results/end_to_end.json"))
@@ -68,17 +79,21 @@ def main(argv: Optional[List[str]] = None) -> None:
     previous: List[Dict[str, object]] = []
     if args.output.is_file():
         previous = [r for r in read_json(args.output)["results"] if not r.get("skipped")]
-    grid = [(d, x, dic) for d in args.datasets for dic in args.dictionaries for x in args.detectors]
+    grid: List[tuple] = [(d, x, dic, None) for d in args.datasets for dic in args.dictionaries for x in args.detectors]
+    for spec in args.pipelines:  # NAME=DIR:DETECTOR
+        named, _, detector = spec.rpartition(":")
+        grid += [(d, detector, "ontology", named) for d in args.datasets]
     if args.only_missing:
-        done = {(r["dataset"], r["detector"], r["dictionary"]) for r in previous}
-        grid = [job for job in grid if job not in done]
-    results = [r for r in previous if (r["dataset"], r["detector"], r["dictionary"]) not in set(grid)]
+        done = {row_key(r) for r in previous}
+        grid = [job for job in grid if (*job[:3], job[3] and job[3].split("=")[0]) not in done]
+    rerun = {(*job[:3], job[3] and job[3].split("=")[0]) for job in grid}
+    results = [r for r in previous if row_key(r) not in rerun]
     machine = machine_description()
     context = multiprocessing.get_context("spawn")
-    for n, (dataset, detector, dictionary) in enumerate(grid, 1):
-        print(f"[{n}/{len(grid)}] {dataset} / {detector} / {dictionary}", file=sys.stderr, flush=True)
+    for n, (dataset, detector, dictionary, pipeline) in enumerate(grid, 1):
+        print(f"[{n}/{len(grid)}] {dataset} / {detector} / {dictionary}{' / ' + pipeline if pipeline else ''}", file=sys.stderr, flush=True)
         with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-            result = pool.submit(run_one, dataset, detector, dictionary, options).result()
+            result = pool.submit(run_one, dataset, detector, dictionary, options, pipeline).result()
         result["benchmark_command"] = shlex.join(["python", "benchmarks/end_to_end.py", *(sys.argv[1:] if argv is None else argv)])
         results.append(result)
         results.sort(key=_grid_order)

@@ -276,6 +276,20 @@ def _model_supported(config: Dict[str, Any]) -> bool:
     )
 
 
+def read_bert_config(folder: PathLike) -> Optional[BertConfig]:
+    """``config.json`` of a BERT that ``BertEncoder`` reproduces, with transformers' defaults filled
+    in, or None for any other model."""
+    raw = _read_json(Path(folder) / "config.json")
+    if not _model_supported(raw):
+        return None
+    config = BertConfig(**raw)
+    for key, default in (("layer_norm_eps", 1e-12), ("type_vocab_size", 2), ("hidden_dropout_prob", 0.1),
+                         ("attention_probs_dropout_prob", 0.1), ("pad_token_id", 0)):
+        if not hasattr(config, key):
+            setattr(config, key, default)
+    return config
+
+
 def _checkpoint(path: Path, expected: Sequence[str]) -> Optional[Dict[str, torch.Tensor]]:
     """The checkpoint's tensors under the module's names, or None if they are not exactly those (fp32)."""
     from safetensors.torch import load_file
@@ -296,14 +310,9 @@ def load_bert(folder: PathLike) -> Optional[Tuple[BertEncoder, BertTokenizer]]:
     tokenizer_spec = _tokenizer_spec(folder)
     if tokenizer_spec is None:
         return None
-    raw = _read_json(folder / "config.json")
-    if not _model_supported(raw):
+    config = read_bert_config(folder)
+    if config is None:
         return None
-    config = BertConfig(**raw)
-    for key, default in (("layer_norm_eps", 1e-12), ("type_vocab_size", 2), ("hidden_dropout_prob", 0.1),
-                         ("attention_probs_dropout_prob", 0.1), ("pad_token_id", 0)):
-        if not hasattr(config, key):
-            setattr(config, key, default)
     from safetensors import safe_open
 
     with safe_open(str(folder / WEIGHTS), "pt") as f:

@@ -154,6 +154,7 @@ def span_records(doc, linker) -> List[Dict[str, Any]]:
 
     kb = linker.linking_kb.kb
     negation = Span.has_extension("negex")  # set by negspacy's negex when the pipeline has it
+    ents = {(e.start, e.end) for e in doc.ents}
     out = []
     for span in spans:
         cui = span._.get(linker.cui_attr)
@@ -165,6 +166,7 @@ def span_records(doc, linker) -> List[Dict[str, Any]]:
                 "start_char": span.start_char,
                 "end_char": span.end_char,
                 "label": span.label_,
+                "nested": (span.start, span.end) not in ents,  # a span-group mention overlapping an entity
                 "cui": cui,
                 "name": kb.concept_names[kb.row_of_concept(cui)] if cui else None,
                 "matched_name": top[1] if top and cui else None,
@@ -227,7 +229,7 @@ def link(
     kb: Optional[Path] = typer.Option(None, help="A KB folder (mentions found by a ruler over its names)"),
     encoder: Optional[str] = typer.Option(None, help="Encoder folder for --kb (default: the one it was built with)"),
     top_k: int = typer.Option(5, help="Candidates per span (with --kb or the default)"),
-    detector: str = typer.Option("span_finder", help="Mention detector with --kb or the default: span_finder, ruler, ner, ner+span_finder"),
+    detector: str = typer.Option("span_finder", help="Mention detector with --kb or the default: span_finder, ruler, ner, ner-trf, ner+span_finder, ner-trf+span_finder"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write JSON lines here (atomically) instead of stdout"),
     batch_size: int = typer.Option(64, help="Docs per nlp.pipe batch"),
 ) -> None:
@@ -295,7 +297,8 @@ def demo(
     t_link = time.perf_counter() - t1
     records = span_records(doc, linker)
     for r in records:
-        flag = ("  (ambiguous name)" if r["ambiguous"] else "") + ("  (negated)" if r["negated"] else "")
+        flag = "".join(f"  ({word})" for key, word in (("ambiguous", "ambiguous name"), ("negated", "negated"), ("nested", "nested"))
+                       if r[key])
         typer.echo(f"{r['text']!r:32} {r['cui'] or '-':12} {r['name'] or '-':40} {r['score']:.3f}{flag}")
     output_dir.mkdir(parents=True, exist_ok=True)
     html = displacy.render(doc, style="ent", page=True, options={"kb_url_template": HPO_BROWSER_URL})
@@ -315,7 +318,7 @@ def demo(
 def build_pipeline_command(
     output: Path = typer.Argument(..., help="Folder to save the pipeline in (load it with spacy.load)"),
     kb: List[str] = typer.Option(..., "--kb", help="A KB folder, or LABEL=FOLDER once per entity label (one linker each)"),
-    detector: str = typer.Option("ner", help="ner, span_finder, ner+span_finder or ruler"),
+    detector: str = typer.Option("ner", help="ner, ner-trf, span_finder, ner+span_finder, ner-trf+span_finder or ruler"),
     encoder: Optional[str] = typer.Option(None, help="Encoder folder (default: the one each KB was built with)"),
     label: Optional[str] = typer.Option(None, help="Label of the spans the ruler or span finder finds"),
     negation: bool = typer.Option(True, help="Flag negated mentions (span._.negex)"),
@@ -350,10 +353,12 @@ def evaluate(
     dictionary: str = typer.Option("paper", help="paper (ontology + train/dev mentions) or ontology"),
     system: str = typer.Option("encoder", help="Gold spans: encoder (sapbert_linker in nlp.pipe), exact or tfidf"),
     end_to_end: bool = typer.Option(False, "--end-to-end", help="Raw test documents through a detector + linker pipeline"),
-    detector: str = typer.Option("span_finder", help="With --end-to-end: ruler, span_finder, ner or ner+span_finder"),
+    detector: str = typer.Option("span_finder", help="With --end-to-end: ruler, span_finder, ner, ner-trf, ner+span_finder or ner-trf+span_finder"),
     ner_model: Optional[Path] = typer.Option(None, help="With --end-to-end: a spaCy NER pipeline (default: the shipped one)"),
     split: str = typer.Option("test", help="With --end-to-end: test (report) or dev (tune; lexicon = train mentions)"),
     ambiguous: Optional[str] = typer.Option(None, help="With --end-to-end: the linker's 'ambiguous' setting, first or none (default: the linker's)"),
+    nested: Optional[str] = typer.Option(None, help="With --end-to-end and a span_finder detector: keep nested mentions (all, or coordinations) in a span group the linker links, and score them too"),
+    pipeline: Optional[Path] = typer.Option(None, exists=True, file_okay=False, help="With --end-to-end: a saved pipeline (build-pipeline) run as it is; its linker for the dataset's label is scored (--detector and --dictionary name the row)"),
     spelling: bool = typer.Option(True, help="Gold spans: apply the benchmark's spell-check list (outside the pipeline)"),
     abbreviations: bool = typer.Option(True, help="Expand abbreviations defined in the document (pipeline)"),
     composites: bool = typer.Option(True, help="Gold spans: split composite mentions (linker)"),
@@ -376,7 +381,7 @@ def evaluate(
         from .evaluation.end_to_end import end_to_end_command
 
         end_to_end_command(dataset, detector, dictionary, encoder, split=split, ner_model=ner_model, abbreviations=abbreviations,
-                           linker_config={"ambiguous": ambiguous} if ambiguous else None,
+                           linker_config={"ambiguous": ambiguous} if ambiguous else None, nested=nested, pipeline=pipeline,
                            output=output, precision=precision, threads=threads)
         return
     from .evaluation.runner import evaluate_command

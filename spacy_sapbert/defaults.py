@@ -27,6 +27,10 @@ DEFAULT_DETECTOR = "span_finder"
 # which also compares the span finder with the exact-name ruler; the other settings are the factory's
 # defaults, chosen on NCBI-disease dev with MEDIC.
 HPO_SPAN_FINDER = {"threshold": 0.95, "partial_threshold": 0.96}
+# Nested phenotype mentions kept in a span group the linker links (``build_pipeline(nested=...)``),
+# chosen on GSC+ dev by the same benchmark: only those inside a coordination ("plantar pits" in
+# "palmar and plantar pits"); "carcinoma" inside "basal cell carcinoma" is more often not a mention.
+HPO_NESTED = "coordinations"
 PHENOTYPIC_ABNORMALITY = "HP:0000118"
 # What the default KB folder holds; a new revision builds a new folder (2: the is_a hierarchy).
 DEFAULT_KB_REVISION = 2
@@ -97,7 +101,8 @@ def default_pipeline(
     encoder: Union[str, os.PathLike, None] = None, progress: bool = True, detector: str = DEFAULT_DETECTOR
 ) -> Language:
     """The embedded default: HPO KB + MiniLM, mentions found by the span finder (its defaults tuned
-    on phenotype dev data), abbreviations expanded, negated findings flagged (``span._.negex``)."""
+    on phenotype dev data), nested mentions in ``doc.spans["sapbert_nested"]`` (linked too),
+    abbreviations expanded, negated findings flagged (``span._.negex``)."""
     from .pipelines import LINKER, build_pipeline
     from .search import LinkingKB
 
@@ -110,6 +115,7 @@ def default_pipeline(
         label="PHENOTYPE",
         negation=True,
         span_finder_config=dict(HPO_SPAN_FINDER),
+        nested=HPO_NESTED if detector.endswith("span_finder") else None,
     )
     nlp.get_pipe(LINKER).set_kb(LinkingKB.from_disk(kb), enc)  # the encoder default_kb_path needed: loaded once
     return nlp

@@ -139,6 +139,27 @@ def select_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+def inference_copy(model: torch.nn.Module, precision: str, device: torch.device) -> torch.nn.Module:
+    """The model to run at ``precision`` (a resolved one: fp32, bf16 or int8), in eval mode.
+
+    fp32: the model itself. bf16: a copy whose tensors are made bf16 directly, with no second
+    fp32 copy to convert (casting once beats autocast casting the weights on every call). int8:
+    torch's dynamic quantisation of the Linear layers (CPU only).
+    """
+    if precision == "int8":
+        if device.type != "cpu":
+            raise ValueError("int8 dynamic quantisation runs on the CPU only")
+        from torch.ao.quantization import quantize_dynamic
+
+        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8).eval()
+    if precision == "bf16":
+        memo: Dict[int, Any] = {
+            id(p): torch.nn.Parameter(p.detach().to(torch.bfloat16), requires_grad=False) for p in model.parameters()
+        }
+        return copy.deepcopy(model, memo).to(torch.bfloat16).eval()
+    return model.eval()
+
+
 class SapEncoder:
     """Encode names with a BERT-style model: [CLS] or mean pooling, L2-normalised float32."""
 
@@ -302,18 +323,7 @@ class SapEncoder:
             return self.model
         key = (id(self.model), sum(p._version for p in self.model.parameters()))
         if self._inference_model is None or self._inference_key != key:
-            if self.precision == "int8":
-                if self.device.type != "cpu":
-                    raise ValueError("int8 dynamic quantisation runs on the CPU only")
-                from torch.ao.quantization import quantize_dynamic
-
-                model = quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
-            else:  # the copy gets bf16 tensors directly: no second fp32 copy to convert
-                memo: Dict[int, Any] = {
-                    id(p): torch.nn.Parameter(p.detach().to(torch.bfloat16), requires_grad=False) for p in self.model.parameters()
-                }
-                model = copy.deepcopy(self.model, memo).to(torch.bfloat16)
-            self._inference_model, self._inference_key = model.eval(), key
+            self._inference_model, self._inference_key = inference_copy(self.model, self.precision, self.device), key
         return self._inference_model
 
     @torch.inference_mode()

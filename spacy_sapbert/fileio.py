@@ -7,8 +7,8 @@ import os
 import shutil
 import tempfile
 from contextlib import contextmanager
-from pathlib import Path
-from typing import IO, Any, Iterator, Tuple, Union
+from pathlib import Path, PurePosixPath
+from typing import IO, Any, Callable, Iterator, Tuple, TypeVar, Union
 
 PathLike = Union[str, os.PathLike]
 
@@ -114,3 +114,39 @@ def stamped_path(stamp: FileStamp) -> Path:
     if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
         raise ValueError(f"{path} changed on disk after it was memory-mapped (rebuilt?); load the KB again")
     return Path(path)
+
+
+T = TypeVar("T")
+
+
+def folder_to_bytes(write: Callable[[Path], None], fmt: str) -> bytes:
+    """What ``write(folder)`` puts in an empty folder, as one msgpack message tagged ``fmt``:
+    ``to_bytes`` of a component whose ``to_disk`` writes files."""
+    import srsly
+
+    with tempfile.TemporaryDirectory(prefix="sapbert-bytes-") as tmp:
+        root = Path(tmp)
+        write(root)
+        files = {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return srsly.msgpack_dumps({"format": fmt, "files": files})
+
+
+def folder_from_bytes(data: bytes, fmt: str, read: Callable[[Path], T], owner: str) -> T:
+    """``read(folder)`` over the files ``folder_to_bytes`` packed (in a temporary folder, removed
+    after): ``from_bytes`` of a component whose ``from_disk`` reads files. ``owner``: the kind of
+    component, for errors."""
+    import srsly
+
+    message = srsly.msgpack_loads(data)
+    if not isinstance(message, dict) or message.get("format") != fmt:
+        raise ValueError(f"these bytes are not a {owner}'s to_bytes() output ({fmt})")
+    with tempfile.TemporaryDirectory(prefix="sapbert-bytes-") as tmp:
+        root = Path(tmp)
+        for name, content in message["files"].items():
+            rel = PurePosixPath(name)
+            if rel.is_absolute() or ".." in rel.parts:
+                raise ValueError(f"{owner}: refusing the file name {name!r} in the bytes (outside the folder)")
+            target = root.joinpath(*rel.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+        return read(root)

@@ -11,12 +11,10 @@ config only; ``to_disk``/``to_bytes`` carry the data (KB and encoder), never set
 """
 from __future__ import annotations
 
-import tempfile
 from collections import OrderedDict
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-import srsly
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.scorer import PRFScore
@@ -27,6 +25,7 @@ from spacy.util import minibatch, registry
 from .abbreviations import query_text
 from .composites import split_mention
 from .encoder import SapEncoder, resolve_encoder_path
+from .fileio import folder_from_bytes, folder_to_bytes
 from .search import Candidate, LinkingKB
 
 CandidateTuple = Tuple[str, str, float, bool]
@@ -354,11 +353,15 @@ class SapBertLinker(Pipe):
 
     # ------------------------------------------------------------------ linking
     def spans_to_link(self, doc: Doc) -> List[Span]:
+        """The entities (``link_ents``), then the spans of the group ``spans_key`` that are not also
+        entities, each once, of the labels it links."""
         spans: List[Span] = []
         if self.link_ents:
             spans.extend(e for e in doc.ents if not self._labels or e.label_ in self._labels)
         if self.spans_key is not None and self.spans_key in doc.spans:
-            spans.extend(s for s in doc.spans[self.spans_key] if not self._labels or s.label_ in self._labels)
+            seen = {(s.start, s.end, s.label) for s in spans}
+            spans.extend(s for s in doc.spans[self.spans_key]
+                         if (not self._labels or s.label_ in self._labels) and (s.start, s.end, s.label) not in seen)
         return spans
 
     def __call__(self, doc: Doc) -> Doc:
@@ -537,24 +540,8 @@ class SapBertLinker(Pipe):
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
         """What ``to_disk`` writes (KB, index and encoder weights: large), as one msgpack message."""
-        with tempfile.TemporaryDirectory(prefix="sapbert-linker-") as tmp:
-            root = Path(tmp)
-            self.to_disk(root, exclude=exclude)
-            files = {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-        return srsly.msgpack_dumps({"format": BYTES_FORMAT, "files": files})
+        return folder_to_bytes(lambda root: self.to_disk(root, exclude=exclude), BYTES_FORMAT)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "SapBertLinker":
         """Load what ``to_bytes`` wrote (into memory: nothing stays on disk)."""
-        message = srsly.msgpack_loads(bytes_data)
-        if not isinstance(message, dict) or message.get("format") != BYTES_FORMAT:
-            raise ValueError(f"{self.name}: these bytes are not a sapbert_linker's to_bytes() output ({BYTES_FORMAT})")
-        with tempfile.TemporaryDirectory(prefix="sapbert-linker-") as tmp:
-            root = Path(tmp)
-            for name, data in message["files"].items():
-                rel = PurePosixPath(name)
-                if rel.is_absolute() or ".." in rel.parts:
-                    raise ValueError(f"{self.name}: refusing the file name {name!r} in the bytes (outside the folder)")
-                target = root.joinpath(*rel.parts)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-            return self._from_folder(root, exclude, mmap=False)
+        return folder_from_bytes(bytes_data, BYTES_FORMAT, lambda root: self._from_folder(root, exclude, mmap=False), "sapbert_linker")

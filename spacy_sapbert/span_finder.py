@@ -22,6 +22,10 @@ from .abbreviations import expand_abbreviations, find_abbreviations, introduced_
 from .normalize import STOPWORDS, WORD, american_spelling, word_key
 
 RESOLVE_MODES = ("longest", "best", "all")
+# Which spans inside a longer accepted one the span group keeps with ``resolve="all"``: every one,
+# or only those inside a coordination ("plantar pits" in "palmar and plantar pits"), the nested
+# mentions that phenotype corpora annotate most consistently (see benchmarks/hpo_default.py).
+NESTED_MODES = ("all", "coordinations")
 # The function words a mention may contain ("abnormality of the hand", "breast and/or ovarian
 # cancer"); any other ("is", "was", "not", "which") ends a candidate: "cancer is the second" is no mention.
 INNER_WORDS = frozenset("a an and at by during for from in into of on or the to with within without".split())
@@ -297,6 +301,7 @@ def resolve_overlaps(spans: Sequence[Tuple[Span, float]], mode: str) -> List[Spa
         "modifier_threshold": 0.95,
         "set_ents": True,
         "spans_key": None,
+        "nested": "all",
     },
 )
 def make_span_finder(
@@ -315,16 +320,20 @@ def make_span_finder(
     modifier_threshold: float,
     set_ents: bool,
     spans_key: Optional[str],
+    nested: str,
 ) -> "SpanFinder":
     """``linker``: the name of the ``sapbert_linker`` whose KB, encoder and cache score the proposals.
     ``abbreviations``: score a short form the text defines through its long form, as the linker
     links it. ``max_modifiers``: also propose a name with up to this many KB modifiers before it
-    ("hemorrhagic cystitis"), kept at ``modifier_threshold``."""
+    ("hemorrhagic cystitis"), kept at ``modifier_threshold``. ``resolve``: ``longest`` or ``best``
+    decide between overlapping spans; ``all`` writes the non-overlapping longest to ``doc.ents`` and
+    keeps nested spans too in ``doc.spans[spans_key]`` (``nested``: every nested span, or only
+    those inside a coordination), for a linker with the same ``spans_key`` to link."""
     return SpanFinder(
         nlp, name, linker=linker, label=label, threshold=threshold, partial_threshold=partial_threshold,
         resolve=resolve, max_words=max_words, max_generic_share=max_generic_share, acronyms=acronyms,
         abbreviations=abbreviations, max_modifiers=max_modifiers, modifier_threshold=modifier_threshold,
-        set_ents=set_ents, spans_key=spans_key,
+        set_ents=set_ents, spans_key=spans_key, nested=nested,
     )
 
 
@@ -349,6 +358,7 @@ class SpanFinder:
         modifier_threshold: float = 0.95,
         set_ents: bool = True,
         spans_key: Optional[str] = None,
+        nested: str = "all",
     ):
         if resolve not in RESOLVE_MODES:
             raise ValueError(f"resolve must be one of {RESOLVE_MODES}, got {resolve!r}")
@@ -356,6 +366,8 @@ class SpanFinder:
             raise ValueError("resolve='all' keeps nested spans in a span group: set spans_key")
         if not set_ents and not spans_key:
             raise ValueError("the span finder writes nothing: set set_ents or spans_key")
+        if nested not in NESTED_MODES:
+            raise ValueError(f"nested must be one of {NESTED_MODES}, got {nested!r}")
         self.nlp = nlp
         self.name = name
         self.linker_name = linker
@@ -371,6 +383,7 @@ class SpanFinder:
         self.modifier_threshold = modifier_threshold
         self.set_ents = set_ents
         self.spans_key = spans_key
+        self.nested = nested
         self._index: Optional[NameIndex] = None
         self._index_kb: Optional[object] = None  # the KB object the index was built from
 
@@ -485,15 +498,33 @@ class SpanFinder:
             return {}
         return {t: (c[0].score if c else float("-inf")) for t, c in zip(ordered, self._linker().link_strings(ordered))}
 
+    def _nested(self, scored: Sequence[Tuple[Span, float]], ents: Sequence[Span]) -> List[Span]:
+        """The accepted spans of the span group of ``resolve="all"``: all of them, or with
+        ``nested="coordinations"`` the ``ents`` and the spans inside a longer one only where each
+        such one is a coordination."""
+        spans = sorted((s for s, _ in scored), key=lambda s: (s.start, -len(s)))
+        if self.nested == "all":
+            return spans
+        chosen = {(e.start, e.end) for e in ents}
+
+        def coordination(span: Span) -> bool:
+            return any(t.lower_ in COORDINATORS for t in span[1:-1])
+
+        return [s for s in spans if (s.start, s.end) in chosen or all(
+            coordination(o) for o in spans if o is not s and o.start <= s.start and s.end <= o.end and len(o) > len(s))]
+
     def set_annotations(self, docs: Sequence[Doc], found: List[List[Tuple[Span, float]]]) -> None:
         for doc, scored in zip(docs, found):
             scored = [(Span(doc, s.start, s.end, label=self.label), score) for s, score in scored]
+            existing = list(doc.ents)
+            taken = {i for e in existing for i in range(e.start, e.end)}
+            mode = "longest" if self.resolve == "all" else self.resolve
+            new = [s for s in resolve_overlaps(scored, mode) if not any(i in taken for i in range(s.start, s.end))]
             if self.spans_key:
-                spans = [s for s, _ in scored] if self.resolve == "all" else resolve_overlaps(scored, self.resolve)
+                if self.resolve == "all":  # the group holds every entity too (an earlier detector's included)
+                    spans = sorted(existing + self._nested(scored, new), key=lambda s: (s.start, -len(s)))
+                else:
+                    spans = resolve_overlaps(scored, self.resolve)
                 doc.spans[self.spans_key] = SpanGroup(doc, name=self.spans_key, spans=spans)
             if self.set_ents:
-                mode = "longest" if self.resolve == "all" else self.resolve
-                existing = list(doc.ents)
-                taken = {i for e in existing for i in range(e.start, e.end)}
-                new = [s for s in resolve_overlaps(scored, mode) if not any(i in taken for i in range(s.start, s.end))]
                 doc.ents = filter_spans(existing + new)

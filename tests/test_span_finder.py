@@ -294,3 +294,40 @@ def test_link_reports_negated_findings(kb_path, tiny_bert_path):
     assert out.exit_code == 0, out.output
     spans = {r["text"]: r for r in map(json.loads, (x for x in out.stdout.splitlines() if x.startswith("{")))}
     assert spans["anemia"]["negated"] is True and spans["Breast cancer"]["negated"] is False
+
+
+def test_nested_mentions_in_a_span_group_the_linker_links(kb_path, tiny_bert_path):
+    """build_pipeline(nested=...): doc.ents keeps the longest; the group keeps nested mentions, all of
+    them or only those inside a coordination; the linker links the group; scoring counts it on request."""
+    from spacy_sapbert.cli import span_records
+    from spacy_sapbert.evaluation.end_to_end import predicted_spans
+    from spacy_sapbert.pipelines import NESTED_SPANS_KEY
+
+    text = "She had ovarian cancer. Breast and ovarian cancer ran in the family."
+
+    def run(nested):
+        nlp = build_pipeline(kb_path, "span_finder", encoder=tiny_bert_path, label="DISEASE", linker_config=FP32, nested=nested,
+                             negation=True, span_finder_config={"threshold": 0.0, "partial_threshold": 0.0, "max_generic_share": 1.0})
+        return nlp, nlp(text)
+
+    nlp, doc = run("all")
+    group = [s.text for s in doc.spans[NESTED_SPANS_KEY]]
+    assert [e.text for e in doc.ents] == ["ovarian cancer", "Breast and ovarian cancer"]
+    assert group == ["ovarian cancer", "cancer", "Breast and ovarian cancer", "ovarian cancer", "cancer"]
+    assert all(s.kb_id_ for s in doc.spans[NESTED_SPANS_KEY])  # the linker linked the group
+    linker = nlp.get_pipe("sapbert_linker")
+    assert len(linker.spans_to_link(doc)) == 5  # entities once, then the group's other spans
+    records = span_records(doc, linker)
+    assert [(r["text"], r["nested"]) for r in records][:3] == [("ovarian cancer", False), ("Breast and ovarian cancer", False),
+                                                               ("cancer", True)]
+    assert all(r["cui"] for r in records)
+    assert len(predicted_spans(doc, linker)) == 5 and len(predicted_spans(doc, linker, nested=False)) == 2
+
+    # "cancer" inside "ovarian cancer" goes (also inside the coordination: every span around it must be one);
+    # "ovarian cancer" inside "Breast and ovarian cancer" stays
+    _, doc = run("coordinations")
+    assert [s.text for s in doc.spans[NESTED_SPANS_KEY]] == ["ovarian cancer", "Breast and ovarian cancer", "ovarian cancer"]
+    with pytest.raises(ValueError, match="nested"):
+        build_pipeline(kb_path, "ruler", encoder=tiny_bert_path, nested="all")
+    with pytest.raises(ValueError, match="nested must be one of"):
+        finder_nlp(kb_path, tiny_bert_path, resolve="all", spans_key="k", nested="some")

@@ -38,7 +38,7 @@ from .metrics import concept_matches
 from .preprocess import Query, select_gold_ids
 
 PathLike = Union[str, Path]
-DETECTORS = ("ruler", "span_finder", "ner", "ner+span_finder")
+DETECTORS = ("ruler", "span_finder", "ner", "ner+span_finder", "ner-trf", "ner-trf+span_finder")
 WARMUP_DOCS = 8  # train documents run through the pipeline before the clock starts
 
 
@@ -198,15 +198,19 @@ def summarize_counts(c: Counts) -> Dict[str, float]:
     return {f"{k}_{m}": round(v, 4) for k, (p, r, f) in rates.items() for m, v in (("p", p), ("r", r), ("f1", f))}
 
 
-def predicted_spans(doc, linker) -> List[PredictedSpan]:
+def predicted_spans(doc, linker, nested: bool = True) -> List[PredictedSpan]:
     """The spans ``linker`` linked in ``doc`` with the concepts it decided: ``span._.cui`` or, for a
     split composite mention, each part's best candidate that the linker's own rule (``best``:
-    threshold, ambiguous names) accepts."""
+    threshold, ambiguous names) accepts. ``nested``: also the spans of its span group (nested
+    mentions), else ``doc.ents`` only. Each character span counts once either way."""
     from ..search import Candidate
 
     out = []
     parts_attr = getattr(linker, "parts_attr", None)
+    ents = {(e.start, e.end) for e in doc.ents}
     for span in linker.spans_to_link(doc):
+        if not nested and (span.start, span.end) not in ents:
+            continue
         cui = span._.get(linker.cui_attr)
         concepts: Tuple[str, ...] = ()
         if cui is not None:
@@ -253,6 +257,17 @@ def prepare_kb(
     return str(folder), info
 
 
+def linker_for_label(nlp, label: str):
+    """The saved pipeline's linker that links ``label`` (a linker of every label if none names it)."""
+    from ..linker import SapBertLinker
+
+    linkers = [proc for _, proc in nlp.pipeline if isinstance(proc, SapBertLinker)]
+    found = [lk for lk in linkers if label in lk.labels] or [lk for lk in linkers if not lk.labels]
+    if not found:
+        raise ValueError(f"the pipeline has no sapbert_linker for {label!r} entities (linkers: {[lk.name for lk in linkers]})")
+    return found[0]
+
+
 def _in_child(fn, *args):
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(fn, *args).result()
@@ -279,6 +294,8 @@ def evaluate_end_to_end(
     abbreviations: bool = True,
     linker_config: Optional[Dict[str, object]] = None,
     span_finder_config: Optional[Dict[str, object]] = None,
+    nested: Optional[str] = None,
+    pipeline: Optional[PathLike] = None,
     data_dir: PathLike = datasets.DEFAULT_DATA_DIR,
     resources_dir: PathLike = datasets.DEFAULT_RESOURCES_DIR,
     cache_dir: PathLike = "corpus/cache",
@@ -296,12 +313,20 @@ def evaluate_end_to_end(
     documents, with the linker's cache emptied in between (loading the KB is excluded);
     ``peak_rss_mb`` is this process's peak (the dictionary KB is built in a child process).
     ``linker_config`` overrides ``sapbert_linker`` settings (e.g. ``threshold``, ``ambiguous``),
-    ``span_finder_config`` those of ``sapbert_span_finder``.
+    ``span_finder_config`` those of ``sapbert_span_finder``. ``nested`` (``all`` or
+    ``coordinations``): the span finder keeps nested mentions in a span group that the linker
+    links (``build_pipeline(nested=...)``), and they are scored with ``doc.ents``: every distinct
+    predicted character span once, a nested gold mention like any other.
+
+    ``pipeline``: a saved pipeline (``build-pipeline``, ``spacy project run build-pipelines``) run as
+    it is instead of one assembled here: its linker for the dataset's label is scored, against the
+    KB it carries (``detector`` and ``dictionary`` then only name the row).
     """
+    import spacy
+
     from ..machine import machine_description, peak_rss_mb
     from ..pipelines import DETECTORS as PIPELINE_DETECTORS
-    from ..pipelines import SHIPPED_NER, build_pipeline
-    from ..search import LinkingKB
+    from ..pipelines import SHIPPED_NERS, build_pipeline, ner_detector
     from .gold_spans import find_linker
     from .runner import DICTIONARIES, concept_aliases, set_threads
 
@@ -312,35 +337,44 @@ def evaluate_end_to_end(
     spec = SPECS.get(dataset)
     if spec is None:
         raise ValueError(f"unknown benchmark {dataset!r}; choose one of {sorted(SPECS)}")
-    if detector.startswith("ner") and ner_model is None and not SHIPPED_NER.exists():
-        raise FileNotFoundError(f"no shipped NER pipeline at {SHIPPED_NER}: train it (spacy project run train-ner) or pass ner_model")
+    ner = ner_detector(detector)
+    if ner is not None and ner_model is None and not SHIPPED_NERS[ner].exists():
+        raise FileNotFoundError(f"no shipped NER pipeline at {SHIPPED_NERS[ner]}: train it (spacy project run train-{ner}) or pass ner_model")
     if split not in ("dev", "test"):
         raise ValueError(f"split must be 'dev' or 'test', got {split!r}")
     documents = load_documents(dataset, split, data_dir)
     warmup = [d.text for d in load_documents(dataset, "train", data_dir)[:WARMUP_DOCS]]
 
     t0 = time.perf_counter()
-    args = (dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, precision, 128, progress, split)
-    kb_folder, kb_info = _in_child(prepare_kb, *args) if build_in_child else prepare_kb(*args)
+    if pipeline is None:
+        args = (dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, precision, 128, progress, split)
+        kb_folder, kb_info = _in_child(prepare_kb, *args) if build_in_child else prepare_kb(*args)
     prepare_s = time.perf_counter() - t0
 
     set_threads(threads)
     t1 = time.perf_counter()
-    nlp = build_pipeline(
-        kb_folder, detector, encoder=encoder_path, labels=[spec.label], ner_model=ner_model,
-        abbreviations=abbreviations, linker_config={"precision": precision, "device": "cpu", **(linker_config or {})},
-        span_finder_config=span_finder_config,
-    )
-    linker = find_linker(nlp)
+    if pipeline is None:
+        nlp = build_pipeline(
+            kb_folder, detector, encoder=encoder_path, labels=[spec.label], ner_model=ner_model,
+            abbreviations=abbreviations, linker_config={"precision": precision, "device": "cpu", **(linker_config or {})},
+            span_finder_config=span_finder_config, nested=nested,
+        )
+        linker = find_linker(nlp)
+    else:
+        nlp = spacy.load(pipeline)
+        linker = linker_for_label(nlp, spec.label)
     linker.initialize()
     load_s = time.perf_counter() - t1
+    if pipeline is not None:
+        kb = linker.linking_kb.kb
+        kb_info = {"pipeline": str(pipeline), "linker": linker.name, "concepts": len(kb.concept_ids), "names": len(kb.display_names)}
     list(nlp.pipe(warmup, batch_size=batch_size))
     linker.set_kb(linker.linking_kb, linker.encoder)  # empties its cache: the test texts start cold
     t2 = time.perf_counter()
     docs = list(nlp.pipe([d.text for d in documents], batch_size=batch_size))
     pipe_s = time.perf_counter() - t2
 
-    aliases = concept_aliases(LinkingKB.from_disk(kb_folder).kb)
+    aliases = concept_aliases(linker.linking_kb.kb)
     total = Counts()
     gold_not_token_aligned = 0
     for document, doc in zip(documents, docs):
@@ -348,9 +382,11 @@ def evaluate_end_to_end(
         gold_not_token_aligned += sum(doc.char_span(g.start, g.end) is None for g in gold)
         total.add(score_document(gold, predicted_spans(doc, linker), aliases))
 
-    options: Dict[str, object] = {"encoder": encoder_path, "ner_model": ner_model}
+    options: Dict[str, object] = {"encoder": encoder_path, "ner_model": ner_model, "pipeline": pipeline}
     if split != "test":
         options["split"] = split
+    if nested is not None:
+        options["nested"] = nested
     if "ambiguous" in (linker_config or {}):
         options["ambiguous"] = (linker_config or {})["ambiguous"]
     if precision != "fp32":
@@ -393,6 +429,7 @@ def evaluate_end_to_end(
         "pipeline": [name for name, _ in nlp.pipeline],
         "linker_config": linker_config or {},
         "span_finder_config": span_finder_config or {},
+        "nested": nested,
         "kb": kb_info,
         "encoder": linker.encoder.describe(),
         "threads": threads,
