@@ -25,9 +25,10 @@ from typing import Any, Dict, Sequence
 import torch
 from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
 
-from spacy_sapbert.calibration import SHIPPED_HPO, apply_shipped_calibration, calibrate_kb_folder
+from spacy_sapbert.calibration import calibrate_kb_folder
 from spacy_sapbert.encoder import SapEncoder, resolve_encoder_path
 from spacy_sapbert.fileio import atomic_open, read_json, write_json
+from spacy_sapbert.hpo_kb import SHIPPED_HPO, apply_shipped_calibration
 from spacy_sapbert.machine import machine_description
 
 GSC_DEV = Path("../shared/data/gscplus-dev/GSCplus_dev_gold.tsv")
@@ -39,8 +40,8 @@ CACHE = Path("corpus/cache")
 
 
 def hpo_default(gsc: Path) -> Dict[str, Any]:
-    from spacy_sapbert.defaults import default_kb_path
     from spacy_sapbert.evaluation.datasets import read_gscplus
+    from spacy_sapbert.hpo_kb import default_kb_path
 
     encoder = SapEncoder.load(resolve_encoder_path(None))
     kb = default_kb_path(encoder)

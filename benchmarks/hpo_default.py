@@ -25,9 +25,10 @@ import spacy
 import torch
 from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
 
-from spacy_sapbert.defaults import DEFAULT_DETECTOR, HPO_NESTED, HPO_SPAN_FINDER, default_kb_path
+from spacy_sapbert.defaults import DEFAULT_DETECTOR, HPO_NESTED, HPO_SPAN_FINDER
 from spacy_sapbert.evaluation.datasets import DEFAULT_DATA_DIR, read_gscplus, read_pubtator
 from spacy_sapbert.evaluation.end_to_end import Counts, gold_spans, predicted_spans, score_document, summarize_counts
+from spacy_sapbert.hpo_kb import default_kb_path
 from spacy_sapbert.normalize import STOPWORDS, WORD, content_keys, word_key
 from spacy_sapbert.pipelines import build_pipeline
 

@@ -17,29 +17,26 @@ best candidate that is not gold). How often the linker abstains on those (``nil_
 reported and plotted; with ``nil_weight`` > 0 an answer on one also counts as that fraction of a
 false positive, trading more abstention for fewer confident answers about missing concepts.
 
-``LinkingKB.calibrated_threshold`` reads the result; the linker uses it when its ``threshold``
-setting is None.
+``search.store_calibration`` writes the result into a KB folder's meta, ``LinkingKB.calibrated_threshold``
+reads it, and the linker uses it when its ``threshold`` setting is None.
 """
 from __future__ import annotations
 
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .fileio import read_json, write_json
+from .search import store_calibration
 
 PathLike = Union[str, os.PathLike]
 METHOD = (
     "max F1 of the linker's answers on dev gold mentions (right answer: TP; wrong answer: FP and FN; abstention: FN; "
     "answer on a mention whose gold concept is not in the KB: FP); leave-gold-out cases count as nil_weight of a FP"
 )
-META_KEY = "calibration"
 CURVE_STEP = 0.01
-SHIPPED_HPO = Path(__file__).parent / "data" / "hpo_calibration.json"
 
 
 @dataclass(frozen=True)
@@ -173,18 +170,6 @@ def calibrate(outcomes: Sequence[Outcome], dev: str, nil_weight: float = 0.0) ->
     }
 
 
-def store_calibration(kb_folder: PathLike, calibration: Mapping[str, Any]) -> None:
-    """Write ``calibration`` into the KB folder's ``meta.json`` (atomically; the KB data is untouched)."""
-    from .search import META_FILE
-
-    path = Path(kb_folder) / META_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{kb_folder} is not a spacy-sapbert KB folder (no {META_FILE})")
-    meta = read_json(path)
-    meta[META_KEY] = dict(calibration)
-    write_json(path, meta)
-
-
 def gold_concepts(kb) -> tuple:
     """The ids a gold annotation may use for the KB's concepts (their ids and alternative ids),
     and each concept's alternative ids."""
@@ -237,24 +222,3 @@ def calibrate_kb_folder(
     if store:
         store_calibration(kb_folder, record)
     return {**record, "curve": curve(outcomes, nil_weight)}
-
-
-def apply_shipped_calibration(kb_folder: PathLike, encoder_fingerprint: str, shipped: PathLike = SHIPPED_HPO) -> bool:
-    """Stamp the calibration shipped with the package (chosen by ``benchmarks/calibration.py`` on
-    GSC+ dev) into the default HPO KB folder, if it was chosen for this encoder. A calibration the
-    folder got otherwise (``calibrate_kb_folder`` on the user's own dev data) is kept; an older
-    shipped one is replaced. Returns whether the folder now has the shipped one."""
-    from .search import META_FILE
-
-    if not Path(shipped).is_file():
-        return False
-    record = {**read_json(shipped), "shipped": True}
-    if record.get("encoder_fingerprint") != encoder_fingerprint:
-        return False
-    found = read_json(Path(kb_folder) / META_FILE).get(META_KEY)
-    if found == record:
-        return True
-    if found is not None and found.get("threshold") is not None and not found.get("shipped"):
-        return False
-    store_calibration(kb_folder, record)
-    return True

@@ -26,6 +26,7 @@ from .abbreviations import query_text
 from .composites import split_mention
 from .encoder import SapEncoder, resolve_encoder_path
 from .fileio import folder_from_bytes, folder_to_bytes
+from .hpo_kb import default_kb_path
 from .search import Candidate, LinkingKB
 
 CandidateTuple = Tuple[str, str, float, bool]
@@ -224,6 +225,7 @@ def make_sapbert_linker(
         device=device,
         precision=precision,
         scorer=scorer,
+        default_kb=default_kb_path,
     )
 
 
@@ -258,7 +260,10 @@ class SapBertLinker(Pipe):
         device: str = "auto",
         precision: str = "auto",
         scorer: Optional[Callable] = score_kb_ids,
+        default_kb: Optional[Callable[[SapEncoder], Union[str, Path]]] = None,
     ):
+        """``default_kb``: the KB folder for an encoder, used when ``kb_path`` is None (the factory
+        passes the embedded HPO default's; without it such a linker refuses to load)."""
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
         if ambiguous not in AMBIGUOUS_CHOICES:
@@ -284,6 +289,7 @@ class SapBertLinker(Pipe):
         self.device = device
         self.precision = precision
         self.scorer = scorer
+        self.default_kb = default_kb
         self.linking_kb: Optional[LinkingKB] = None
         self.encoder: Optional[SapEncoder] = None
         self._cache: "OrderedDict[str, List[Candidate]]" = OrderedDict()
@@ -329,11 +335,11 @@ class SapBertLinker(Pipe):
     def _load(self, kb_path: Optional[str], encoder_path: Optional[str], keep: bool) -> None:
         linking_kb = self.linking_kb if keep else None
         encoder = self.encoder if keep else None
-        if linking_kb is None and kb_path is None:  # the embedded default is built for the encoder
-            from .defaults import default_kb_path
-
+        if linking_kb is None and kb_path is None:  # the default KB is built for the encoder
+            if self.default_kb is None:
+                raise ValueError(f"{self.name}: no KB folder given (the 'kb' setting) and no default KB")
             encoder = encoder or self._load_encoder(encoder_path)
-            linking_kb = LinkingKB.from_disk(default_kb_path(encoder))
+            linking_kb = LinkingKB.from_disk(self.default_kb(encoder))
         if linking_kb is None:
             linking_kb = LinkingKB.from_disk(kb_path)  # type: ignore[arg-type]  # its errors name the folder
         if encoder is None:

@@ -85,9 +85,9 @@ def build_pipeline(
     else:
         kbs = {}
     if kb is None:
-        from .defaults import default_kb_path
+        from .hpo_kb import default_kb_path
 
-        kb = default_kb_path(encoder)
+        kb = default_kb_path(encoder)  # resolved here, so the linker's config names the folder
     span_label = label or (labels[0] if labels else "CONCEPT")
     ner = ner_detector(detector)
     if ner is not None:

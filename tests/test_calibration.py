@@ -157,8 +157,8 @@ def test_calibrate_kb_folder_on_dev_documents(kb_path, tiny_bert_path, tmp_path)
 
 
 def test_shipped_calibration_is_stamped_for_its_encoder_only(kb_path, tiny_encoder, tmp_path):
-    from spacy_sapbert.calibration import apply_shipped_calibration
     from spacy_sapbert.fileio import write_json
+    from spacy_sapbert.hpo_kb import apply_shipped_calibration
 
     shipped = tmp_path / "shipped.json"
     write_json(shipped, {"threshold": 0.9, "dev": "GSC+ dev", "encoder_fingerprint": "another encoder"})
@@ -173,8 +173,8 @@ def test_shipped_calibration_is_stamped_for_its_encoder_only(kb_path, tiny_encod
 
 
 def test_shipped_calibration_replaces_an_older_shipped_one_but_not_the_users(kb_path, tiny_encoder, tmp_path):
-    from spacy_sapbert.calibration import apply_shipped_calibration
     from spacy_sapbert.fileio import write_json
+    from spacy_sapbert.hpo_kb import apply_shipped_calibration
 
     shipped = tmp_path / "shipped.json"
     write_json(shipped, {"threshold": 0.9, "encoder_fingerprint": tiny_encoder.fingerprint})

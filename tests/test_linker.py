@@ -298,14 +298,30 @@ def test_bytes_round_trip_carries_kb_and_encoder(kb_path, tiny_bert_path, tmp_pa
 
 
 def test_to_disk_of_an_unused_default_linker_builds_nothing(tmp_path, monkeypatch):
-    import spacy_sapbert.defaults as defaults
+    import spacy_sapbert.linker as linker_module
 
-    monkeypatch.setattr(defaults, "default_kb_path", lambda *a, **k: pytest.fail("built the default KB"))
+    monkeypatch.setattr(linker_module, "default_kb_path", lambda *a, **k: pytest.fail("built the default KB"))
     nlp = spacy.blank("en")
     nlp.add_pipe("sapbert_linker")
     nlp.to_disk(tmp_path / "pipeline")
     assert list((tmp_path / "pipeline" / "sapbert_linker").iterdir()) == []
     assert spacy.load(tmp_path / "pipeline").get_pipe("sapbert_linker").linking_kb is None
+
+
+def test_a_linker_without_a_kb_uses_the_default_the_factory_hands_it(kb_path, tiny_bert_path, monkeypatch):
+    import spacy_sapbert.linker as linker_module
+
+    asked = []
+    monkeypatch.setattr(linker_module, "default_kb_path", lambda encoder: asked.append(encoder) or kb_path)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config={"encoder": str(tiny_bert_path)})  # no KB: the embedded default's place
+    assert nlp.get_pipe("sapbert_linker").link_strings(["convulsion"])[0][0].concept_id == "HP:1"
+    assert len(asked) == 1 and asked[0].fingerprint == LinkingKB.from_disk(kb_path).encoder_fingerprint
+    from spacy_sapbert.linker import SapBertLinker
+
+    bare = SapBertLinker(nlp.vocab, encoder_path=str(tiny_bert_path))  # built without the factory: no default
+    with pytest.raises(ValueError, match="no KB folder given"):
+        bare.initialize()
 
 
 def test_wrong_kb_path_fails_before_any_doc_naming_it(tmp_path, tiny_bert_path):
