@@ -22,7 +22,7 @@ from typing import Dict, List, Optional
 
 from readme_tables import render_end_to_end_table, update_readme  # benchmarks/readme_tables.py, beside this script
 
-from spacy_sapbert.evaluation.end_to_end import DETECTORS, SPECS, evaluate_end_to_end
+from spacy_sapbert.evaluation.end_to_end import DETECTORS, SPECS, THRESHOLD_GRID, evaluate_end_to_end
 from spacy_sapbert.evaluation.runner import DICTIONARIES
 from spacy_sapbert.fileio import read_json, write_json
 from spacy_sapbert.machine import machine_description
@@ -30,19 +30,32 @@ from spacy_sapbert.machine import machine_description
 README_BLOCK = "END-TO-END"
 
 
-def run_one(dataset: str, detector: str, dictionary: str, options: Dict[str, object], pipeline: Optional[str] = None) -> Dict[str, object]:
+def run_one(dataset: str, detector: str, dictionary: str, options: Dict[str, object], pipeline: Optional[str] = None,
+            tune_threshold: bool = False) -> Dict[str, object]:
     """One evaluation (in a child process); a missing resource is recorded, not raised. ``pipeline``
-    ``NAME=DIR``: a saved pipeline run as it is."""
+    ``NAME=DIR``: a saved pipeline run as it is. ``tune_threshold``: first run the dev split (its
+    lexicon the train mentions) at every NIL threshold of ``THRESHOLD_GRID``, then the test split at
+    the one with the best dev link F1."""
     name, folder = pipeline.split("=", 1) if pipeline else (None, None)
     key = {"dataset": dataset, "detector": detector, "dictionary": dictionary, "pipeline_name": name}
     try:
-        return {**evaluate_end_to_end(dataset, detector, dictionary, pipeline=folder, **options), **key}  # type: ignore[arg-type]
+        tuned: Dict[str, object] = {}
+        if tune_threshold:
+            dev = evaluate_end_to_end(dataset, detector, dictionary, pipeline=folder, split="dev",
+                                      threshold_sweep=THRESHOLD_GRID, **options)  # type: ignore[arg-type]
+            sweep: List[Dict[str, object]] = dev["threshold_sweep"]  # type: ignore[assignment]
+            best = max(sweep, key=lambda r: (r["link_f1"], -float(r["threshold"])))  # type: ignore[arg-type]
+            tuned = {"threshold_chosen_on_dev": best["threshold"], "dev_threshold_sweep": sweep}
+            options = {**options, "linker_config": {"threshold": best["threshold"]}}
+        return {**evaluate_end_to_end(dataset, detector, dictionary, pipeline=folder, **options), **key, **tuned}  # type: ignore[arg-type]
     except (FileNotFoundError, ImportError, OSError) as e:
         return {**key, "skipped": f"{type(e).__name__}: {e}"}
 
 
 def row_key(result: Dict[str, object]) -> tuple:
-    return (result["dataset"], result["detector"], result["dictionary"], result.get("pipeline_name"))
+    """A row: dataset, detector, dictionary, saved pipeline (if any), NIL threshold chosen on dev or not."""
+    return (result["dataset"], result["detector"], result["dictionary"], result.get("pipeline_name"),
+            "threshold_chosen_on_dev" in result)
 
 
 def _grid_order(result: Dict[str, object]) -> tuple:
@@ -68,6 +81,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--output", type=Path, default=Path("benchmarks/results/end_to_end.json"))
     p.add_argument("--readme", type=Path, default=Path("benchmarks/README.md"))
     p.add_argument("--only-missing", action="store_true", help="keep results already in --output and run only the others")
+    p.add_argument("--tune-threshold", action="store_true",
+                   help="choose each row's NIL threshold on the dev split first (a dev run per row), then run test with it")
     return p.parse_args(argv)
 
 
@@ -83,17 +98,20 @@ def main(argv: Optional[List[str]] = None) -> None:
     for spec in args.pipelines:  # NAME=DIR:DETECTOR
         named, _, detector = spec.rpartition(":")
         grid += [(d, detector, "ontology", named) for d in args.datasets]
+    def job_key(job: tuple) -> tuple:
+        return (*job[:3], job[3] and job[3].split("=")[0], args.tune_threshold)
+
     if args.only_missing:
         done = {row_key(r) for r in previous}
-        grid = [job for job in grid if (*job[:3], job[3] and job[3].split("=")[0]) not in done]
-    rerun = {(*job[:3], job[3] and job[3].split("=")[0]) for job in grid}
+        grid = [job for job in grid if job_key(job) not in done]
+    rerun = {job_key(job) for job in grid}
     results = [r for r in previous if row_key(r) not in rerun]
     machine = machine_description()
     context = multiprocessing.get_context("spawn")
     for n, (dataset, detector, dictionary, pipeline) in enumerate(grid, 1):
         print(f"[{n}/{len(grid)}] {dataset} / {detector} / {dictionary}{' / ' + pipeline if pipeline else ''}", file=sys.stderr, flush=True)
         with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-            result = pool.submit(run_one, dataset, detector, dictionary, options, pipeline).result()
+            result = pool.submit(run_one, dataset, detector, dictionary, options, pipeline, args.tune_threshold).result()
         result["benchmark_command"] = shlex.join(["python", "benchmarks/end_to_end.py", *(sys.argv[1:] if argv is None else argv)])
         results.append(result)
         results.sort(key=_grid_order)

@@ -185,7 +185,9 @@ def render_end_to_end_table(results: Sequence[Mapping[str, object]], machine: Ma
     datasets = list(dict.fromkeys([d for d in BENCHMARKS if any(r.get("dataset") == d for r in results)] + list(TAGGERONE)))
     for dataset in datasets:
         for r in (r for r in results if r.get("dataset") == dataset):
-            detector = f"{r.get('detector')}, saved pipeline `{r['pipeline_name']}` ²" if r.get("pipeline_name") else r.get("detector")
+            detector = f"{r.get('detector')}, saved pipeline `{r['pipeline_name']}` ²" if r.get("pipeline_name") else str(r.get("detector"))
+            if r.get("threshold_chosen_on_dev") is not None:
+                detector += f", NIL threshold {r['threshold_chosen_on_dev']} ⁴"
             head = f"| {dataset} | {detector} | {r.get('dictionary')} |"
             if r.get("skipped"):
                 reason = str(r["skipped"]).replace("|", "\\|").replace("\n", " ")[:200]
@@ -206,6 +208,10 @@ def render_end_to_end_table(results: Sequence[Mapping[str, object]], machine: Ma
         "is (`evaluate --end-to-end --pipeline DIR`); its linker for the dataset's label is scored; its speed and memory "
         "are the whole pipeline's, both linkers included.",
         f"³ {CDR_SOURCE}.",
+        "⁴ The linker's NIL threshold (`threshold`: a span whose best KB name scores below it gets no concept, so it is "
+        "no linking prediction) chosen on the dev split, its lexicon the train mentions (`evaluate --end-to-end --split "
+        "dev --sweep-threshold`: the best link F1 of the grid), then applied to the test split (`--threshold`); other "
+        "rows link every span (threshold 0).",
         "",
         "Unlinkable gold mentions (`-1`) count for the mention scores; for linking they are left out (a prediction on "
         "exactly such a span is neither right nor wrong). abstracts/s times `nlp.pipe` over the test abstracts after a "

@@ -359,6 +359,8 @@ def evaluate(
     ambiguous: Optional[str] = typer.Option(None, help="With --end-to-end: the linker's 'ambiguous' setting, first or none (default: the linker's)"),
     nested: Optional[str] = typer.Option(None, help="With --end-to-end and a span_finder detector: keep nested mentions (all, or coordinations) in a span group the linker links, and score them too"),
     pipeline: Optional[Path] = typer.Option(None, exists=True, file_okay=False, help="With --end-to-end: a saved pipeline (build-pipeline) run as it is; its linker for the dataset's label is scored (--detector and --dictionary name the row)"),
+    threshold: Optional[float] = typer.Option(None, help="With --end-to-end: the linker's NIL threshold (default: the KB's calibrated one, else 0)"),
+    sweep_threshold: bool = typer.Option(False, "--sweep-threshold", help="With --end-to-end: also score the run at a grid of NIL thresholds (use --split dev to choose one)"),
     spelling: bool = typer.Option(True, help="Gold spans: apply the benchmark's spell-check list (outside the pipeline)"),
     abbreviations: bool = typer.Option(True, help="Expand abbreviations defined in the document (pipeline)"),
     composites: bool = typer.Option(True, help="Gold spans: split composite mentions (linker)"),
@@ -378,10 +380,12 @@ def evaluate(
     elif dataset is None:
         raise typer.BadParameter("give --dataset, or --test-file and --dictionary-file")
     if end_to_end:
-        from .evaluation.end_to_end import end_to_end_command
+        from .evaluation.end_to_end import THRESHOLD_GRID, end_to_end_command
 
+        settings = {k: v for k, v in (("ambiguous", ambiguous), ("threshold", threshold)) if v is not None}
         end_to_end_command(dataset, detector, dictionary, encoder, split=split, ner_model=ner_model, abbreviations=abbreviations,
-                           linker_config={"ambiguous": ambiguous} if ambiguous else None, nested=nested, pipeline=pipeline,
+                           linker_config=settings or None, nested=nested, pipeline=pipeline,
+                           threshold_sweep=THRESHOLD_GRID if sweep_threshold else (),
                            output=output, precision=precision, threads=threads)
         return
     from .evaluation.runner import evaluate_command

@@ -15,7 +15,7 @@ folder at load time and checked against the sha256 recorded with the tagger.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -106,7 +106,6 @@ class Window:
     ids: List[int]  # [CLS] pieces [SEP]
     tokens: List[int]  # doc tokens whose tag scores this window gives
     rows: List[int]  # their first wordpiece's row in ``ids``
-    types: List[int] = field(default_factory=list)  # token type id of each row: the case of its word (``CASES``)
 
 
 def window_bounds(n_pieces: int, capacity: int, overlap: int) -> List[Tuple[int, int, int, int]]:
@@ -122,13 +121,11 @@ def window_bounds(n_pieces: int, capacity: int, overlap: int) -> List[Tuple[int,
 
 
 def doc_windows(doc_index: int, pieces: Sequence[int], first_piece: Sequence[int], capacity: int, overlap: int,
-                cls_id: int, sep_id: int, piece_types: Optional[Sequence[int]] = None) -> List[Window]:
+                cls_id: int, sep_id: int) -> List[Window]:
     """The windows of one doc: ``pieces`` its wordpiece ids, ``first_piece[t]`` token t's first
-    piece (-1: the token has none, e.g. whitespace, and gets no tag), ``piece_types`` each piece's
-    token type id (default 0)."""
+    piece (-1: the token has none, e.g. whitespace, and gets no tag)."""
     bounds = window_bounds(len(pieces), capacity, overlap)
-    types = list(piece_types) if piece_types is not None else [0] * len(pieces)
-    windows = [Window(doc_index, [cls_id, *pieces[s:e], sep_id], [], [], [0, *types[s:e], 0]) for s, e, _, _ in bounds]
+    windows = [Window(doc_index, [cls_id, *pieces[s:e], sep_id], [], []) for s, e, _, _ in bounds]
     k = 0
     for token, piece in enumerate(first_piece):
         if piece < 0:
@@ -138,35 +135,6 @@ def doc_windows(doc_index: int, pieces: Sequence[int], first_piece: Sequence[int
         windows[k].tokens.append(token)
         windows[k].rows.append(piece - bounds[k][0] + 1)
     return [w for w in windows if w.tokens]
-
-
-# ---------------------------------------------------------------------------- case
-# BERT's uncased vocabulary loses what capitals say ("CM" the contrast medium, "Duarte", "NaCl"): each
-# wordpiece gets its word's case as a token type id, through a token-type table grown to these rows.
-CASES = ("lower", "title", "upper", "mixed")
-
-
-def case_class(word: str) -> int:
-    """The row of ``CASES`` for a word: no capitals, Capitalised, ALL CAPITALS (two letters or more), or mixed."""
-    letters = [c for c in word if c.isalpha()]
-    if not any(c.isupper() for c in letters):
-        return 0
-    if len(letters) > 1 and all(c.isupper() for c in letters):
-        return 2
-    if letters[0].isupper() and word[0] == letters[0] and not any(c.isupper() for c in letters[1:]):
-        return 1
-    return 3
-
-
-def add_case_types(bert: BertEncoder) -> None:
-    """Grow the token-type table to one row per ``CASES`` entry, each starting as row 0 (so the model
-    starts as it was) and learnt in fine-tuning."""
-    old = bert.embeddings.token_type_embeddings
-    table = nn.Embedding(len(CASES), old.embedding_dim)
-    with torch.no_grad():
-        table.weight.copy_(old.weight[:1].expand(len(CASES), -1))
-    bert.embeddings.token_type_embeddings = table
-    bert.config.type_vocab_size = len(CASES)
 
 
 # ---------------------------------------------------------------------------- the model
@@ -179,8 +147,8 @@ class TaggerModel(nn.Module):
         self.dropout = nn.Dropout(bert.config.hidden_dropout_prob)
         self.classifier = nn.Linear(bert.config.hidden_size, n_tags)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
-        hidden = self.bert(input_ids, attention_mask, token_type_ids).last_hidden_state
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.bert(input_ids, attention_mask).last_hidden_state
         return self.classifier(self.dropout(hidden))
 
 
@@ -199,8 +167,8 @@ def _word_embeddings_of(folder: Path) -> torch.Tensor:
     raise ValueError(f"{folder / WEIGHTS_FILE}: no word-embedding matrix (embeddings.word_embeddings.weight)")
 
 
-def _wordpiece_tokenizer(folder: Path):
-    """A private ``tokenizers.Tokenizer`` of the folder (no truncation or padding set on it)."""
+def wordpiece_tokenizer(folder: Path):
+    """A ``tokenizers.Tokenizer`` of its own for the folder (no truncation or padding set on it)."""
     from tokenizers import Tokenizer
 
     if (folder / TOKENIZER_FILE).is_file():
@@ -223,6 +191,7 @@ def _wordpiece_tokenizer(folder: Path):
         "max_length": 512,
         "overlap": 128,
         "batch_size": 16,
+        "outside_bias": 0.0,
         "device": "auto",
         "precision": "auto",
         "scorer": {"@scorers": "spacy.ner_scorer.v1"},
@@ -236,16 +205,19 @@ def make_sapbert_ner(
     max_length: int,
     overlap: int,
     batch_size: int,
+    outside_bias: float,
     device: str,
     precision: str,
     scorer: Optional[Callable],
 ) -> "TransformerTagger":
     """``encoder``: the local BERT folder ``initialize`` starts from (None: the offline MiniLM).
     ``max_length``: wordpieces per window, [CLS] and [SEP] included; ``overlap``: wordpieces two
-    windows share at least. ``batch_size``: windows per encoder call. ``precision``: auto (bf16
-    where the hardware has it natively, else fp32), fp32 or bf16."""
+    windows share at least. ``batch_size``: windows per encoder call. ``outside_bias``: added to
+    every token's log-probability of ``O`` before decoding: above 0 trades recall for precision.
+    ``precision``: auto (bf16 where the hardware has it natively, else fp32), fp32 or bf16."""
     return TransformerTagger(nlp.vocab, name, encoder=encoder, max_length=max_length, overlap=overlap,
-                             batch_size=batch_size, device=device, precision=precision, scorer=scorer)
+                             batch_size=batch_size, outside_bias=outside_bias, device=device, precision=precision,
+                             scorer=scorer)
 
 
 class TransformerTagger(Pipe):
@@ -260,6 +232,7 @@ class TransformerTagger(Pipe):
         max_length: int = 512,
         overlap: int = 128,
         batch_size: int = 16,
+        outside_bias: float = 0.0,
         device: str = "auto",
         precision: str = "auto",
         scorer: Optional[Callable] = None,
@@ -276,13 +249,13 @@ class TransformerTagger(Pipe):
         self.max_length = max_length
         self.overlap = overlap
         self.batch_size = batch_size
+        self.outside_bias = outside_bias
         self.device = select_device(device)
         self.precision = resolve_precision(precision, self.device)
         self.scorer = scorer
         self._labels: Tuple[str, ...] = ()
         self.model: Optional[TaggerModel] = None
         self.base: Dict[str, str] = {}  # the encoder it was fine-tuned from and its word embeddings' sha256
-        self.case_types = False  # whether token types carry each word's case (``CASES``)
         self._wordpieces = None
         self._special: Tuple[int, int, int] = (0, 0, 0)  # [CLS], [SEP], [PAD]
         self._inference: Optional[Tuple[Tuple[int, int], nn.Module]] = None
@@ -303,11 +276,9 @@ class TransformerTagger(Pipe):
         *,
         nlp: Optional[Language] = None,
         labels: Optional[Sequence[str]] = None,
-        case_types: bool = True,
     ) -> None:
         """Start from the base encoder (``encoder``) with a fresh tag layer. The labels come from
-        ``labels`` (``[initialize.components.<name>.labels]``) or else the examples' entities.
-        ``case_types``: give each wordpiece its word's case as a token type (``CASES``)."""
+        ``labels`` (``[initialize.components.<name>.labels]``) or else the examples' entities."""
         if labels is None and get_examples is not None:
             labels = sorted({e.label_ for eg in get_examples() for e in eg.reference.ents})
         if not labels:
@@ -320,17 +291,14 @@ class TransformerTagger(Pipe):
         bert = loaded[0]
         if hasattr(bert, "pooler"):
             del bert.pooler  # unused by tagging
-        if case_types:
-            add_case_types(bert)
         name = str(self.encoder) if self.encoder not in (None, DEFAULT_ENCODER) else DEFAULT_ENCODER
         base = {"encoder": name, "word_embeddings_sha256": tensor_sha256(bert.embeddings.word_embeddings.weight)}
-        self._attach(TaggerModel(bert, len(bio_tags(labels))).train(), tuple(labels), _wordpiece_tokenizer(folder), base, case_types)
+        self._attach(TaggerModel(bert, len(bio_tags(labels))).train(), tuple(labels), wordpiece_tokenizer(folder), base)
 
-    def _attach(self, model: TaggerModel, labels: Tuple[str, ...], wordpieces, base: Dict[str, str], case_types: bool) -> None:
+    def _attach(self, model: TaggerModel, labels: Tuple[str, ...], wordpieces, base: Dict[str, str]) -> None:
         if model.classifier.out_features != len(bio_tags(labels)):
             raise ValueError(f"{self.name}: {model.classifier.out_features} tag scores for {len(bio_tags(labels))} tags")
         self.model = model.to(self.device)
-        self.case_types = case_types
         self._labels = labels
         self.base = base
         self._wordpieces = wordpieces
@@ -359,21 +327,18 @@ class TransformerTagger(Pipe):
             for pos, word in enumerate(enc.word_ids):
                 if word is not None and first[word] < 0:
                     first[word] = pos
-            types = [case_class(doc_words[w]) for w in enc.word_ids] if self.case_types else None
-            out.extend(doc_windows(i, enc.ids, first, self.max_length - 2, self.overlap, cls_id, sep_id, types))
+            out.extend(doc_windows(i, enc.ids, first, self.max_length - 2, self.overlap, cls_id, sep_id))
         return out
 
-    def batch_tensors(self, windows: Sequence[Window]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Input ids, attention mask and token type ids of ``windows``, padded to the longest."""
+    def batch_tensors(self, windows: Sequence[Window]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Input ids and attention mask of ``windows``, padded to the longest."""
         length = max(len(w.ids) for w in windows)
         ids = torch.full((len(windows), length), self._special[2], dtype=torch.long)
         mask = torch.zeros((len(windows), length), dtype=torch.long)
-        types = torch.zeros((len(windows), length), dtype=torch.long)
         for b, w in enumerate(windows):
             ids[b, : len(w.ids)] = torch.tensor(w.ids)
             mask[b, : len(w.ids)] = 1
-            types[b, : len(w.types)] = torch.tensor(w.types)
-        return ids.to(self.device), mask.to(self.device), types.to(self.device)
+        return ids.to(self.device), mask.to(self.device)
 
     # ------------------------------------------------------------------ predicting
     def _inference_model(self) -> nn.Module:
@@ -388,23 +353,34 @@ class TransformerTagger(Pipe):
     @torch.inference_mode()
     def predict(self, docs: Sequence[Doc]) -> List[List[TagSpan]]:
         """Per doc, the entity spans ``(token start, token end, label)``."""
+        return self.decode(self.tag_scores(docs))
+
+    @torch.inference_mode()
+    def tag_scores(self, docs: Sequence[Doc]) -> List[np.ndarray]:
+        """Per doc, ``[len(doc), tags]`` log-probabilities, NaN for tokens without wordpieces."""
         model = self._inference_model()
         model.eval()
         windows = self.windows(docs)
-        scores = [np.zeros((len(doc), len(self.tags)), dtype=np.float32) for doc in docs]
-        tagged = [np.zeros(len(doc), dtype=bool) for doc in docs]
+        scores = [np.full((len(doc), len(self.tags)), np.nan, dtype=np.float32) for doc in docs]
         windows.sort(key=lambda w: len(w.ids))
         for start in range(0, len(windows), self.batch_size):
             batch = windows[start : start + self.batch_size]
             logp = torch.log_softmax(model(*self.batch_tensors(batch)).float(), dim=-1).cpu().numpy()
             for b, w in enumerate(batch):
                 scores[w.doc][w.tokens] = logp[b, w.rows]
-                tagged[w.doc][w.tokens] = True
+        return scores
+
+    def decode(self, scores: Sequence[np.ndarray]) -> List[List[TagSpan]]:
+        """The BIO spans of each doc's tag scores (``outside_bias`` added to ``O``); tokens without
+        wordpieces (whitespace) are skipped, so an entity may run across them."""
         allowed = allowed_transitions(self.tags)
+        outside = self.tags.index(OUTSIDE)
         out = []
-        for doc_scores, doc_tagged in zip(scores, tagged):
-            positions = np.flatnonzero(doc_tagged)  # tokens without wordpieces (whitespace) are skipped
-            path = viterbi(doc_scores[positions], allowed)
+        for doc_scores in scores:
+            positions = np.flatnonzero(~np.isnan(doc_scores[:, 0]))
+            tagged = doc_scores[positions].copy()
+            tagged[:, outside] += self.outside_bias
+            path = viterbi(tagged, allowed)
             out.append([(int(positions[s]), int(positions[e - 1]) + 1, label) for s, e, label in tag_spans(path, self.tags)])
         return out
 
@@ -450,7 +426,7 @@ class TransformerTagger(Pipe):
         with atomic_path(path / TOKENIZER_FILE) as tmp:
             tmp.write_text(self._wordpieces.to_str(), encoding="utf8")
         write_json(path / TAGGER_FILE, {"format": TAGGER_FORMAT, "labels": list(self.labels), "base": self.base,
-                                        "case_types": self.case_types, "word_embeddings_stored": not shared})
+                                        "word_embeddings_stored": not shared})
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "TransformerTagger":
         from safetensors.torch import load_file
@@ -476,7 +452,7 @@ class TransformerTagger(Pipe):
                 )
             tensors[WORD_EMBEDDINGS] = embeddings
         model.load_state_dict(tensors, strict=True)
-        self._attach(model, tuple(meta["labels"]), _wordpiece_tokenizer(path), base, bool(meta.get("case_types")))
+        self._attach(model, tuple(meta["labels"]), wordpiece_tokenizer(path), base)
         return self
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:

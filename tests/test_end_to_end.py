@@ -187,3 +187,21 @@ def test_a_split_composite_predicts_each_parts_concept(mini_ncbi, tmp_path, tiny
     assert predicted_spans(doc, find_linker(nlp)) == [PredictedSpan(0, 25, ("MESH:D001943", "MESH:D010051"))]
     counts = score_document([GoldSpan(0, 25, ("MESH:D001943", "MESH:D010051"))], predicted_spans(doc, find_linker(nlp)))
     assert counts.link_right == 1 and counts.doc_gold_found == 2
+
+
+def test_threshold_sweep_scores_one_run_at_each_nil_threshold(mini_ncbi, tmp_path, tiny_bert_path):
+    """The ruler's spans are KB names (score 1.0, up to float rounding): linked at every threshold
+    up to 1; above it nothing is linked while the mention scores stay; --threshold applies one."""
+    result = evaluate_end_to_end(
+        "ncbi-disease", "ruler", "ontology", tiny_bert_path, data_dir=mini_ncbi, cache_dir=tmp_path, build_in_child=False,
+        progress=False, threshold_sweep=(0.0, 0.99, 1.5),
+    )
+    low, high, above = result["threshold_sweep"]
+    assert low["link_f1"] == high["link_f1"] == result["link_f1"] > 0 and result["threshold"] == 0.0
+    assert above["threshold"] == 1.5 and above["link_p"] == 0 and above["link_r"] == 0
+    assert above["mention_f1"] == result["mention_f1"]
+    strict = evaluate_end_to_end(
+        "ncbi-disease", "ruler", "ontology", tiny_bert_path, data_dir=mini_ncbi, cache_dir=tmp_path, build_in_child=False,
+        progress=False, linker_config={"threshold": 1.5},
+    )
+    assert strict["link_f1"] == 0 and strict["mention_f1"] == result["mention_f1"] and "--threshold 1.5" in strict["command"]

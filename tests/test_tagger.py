@@ -14,13 +14,11 @@ from spacy.training import Example
 
 from spacy_sapbert.pipelines import SHIPPED_NER_TRF, build_pipeline
 from spacy_sapbert.tagger import (
-    CASES,
     WEIGHTS_FILE,
     WORD_EMBEDDINGS,
     TransformerTagger,
     allowed_transitions,
     bio_tags,
-    case_class,
     tag_spans,
     viterbi,
     window_bounds,
@@ -65,19 +63,6 @@ def test_each_piece_is_owned_once_and_away_from_inner_edges(n, capacity, overlap
             assert end - hi >= overlap // 2
 
 
-def test_each_wordpiece_carries_its_words_case(tiny_bert_path):
-    assert [CASES[case_class(w)] for w in ("cm", "Cm", "CM", "NaCl", "5-HT", "p53", "K+", "123")] == [
-        "lower", "title", "upper", "mixed", "upper", "lower", "title", "lower"]
-    nlp = _tagger_nlp(tiny_bert_path)
-    tagger = nlp.get_pipe("sapbert_ner")
-    assert tagger.case_types and tagger.model.bert.config.type_vocab_size == len(CASES)
-    (window,) = tagger.windows([nlp.make_doc("Iron IRON iron")])
-    assert window.types == [0, 1, 2, 0, 0]  # [CLS] Iron IRON iron [SEP]
-    plain = spacy.blank("en").add_pipe("sapbert_ner", config={"encoder": str(tiny_bert_path)})
-    plain.initialize(labels=["Disease"], case_types=False)
-    assert plain.windows([nlp.make_doc("Iron IRON")])[0].types == [0, 0, 0, 0]
-
-
 class ContextFree(torch.nn.Module):
     """A stand-in model whose tag scores depend on the wordpiece alone, so any windowing must give
     the same tags: what the windows and the merge do is all that is tested."""
@@ -86,7 +71,7 @@ class ContextFree(torch.nn.Module):
         super().__init__()
         self.table = torch.nn.Embedding.from_pretrained(scores)
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None):
+    def forward(self, input_ids, attention_mask):
         return self.table(input_ids)
 
 

