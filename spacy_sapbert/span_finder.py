@@ -479,11 +479,12 @@ class SpanFinder:
         return found
 
     def _scores(self, texts: Set[str]) -> Dict[str, float]:
-        """The best KB match score of each text, through the linker's batched, cached search."""
+        """The best KB match score of each text, through the linker's batched, cached search
+        (``SapBertLinker.top_scores``: a KB name's is 1.0, known without searching)."""
         ordered = sorted(texts)
         if not ordered:
             return {}
-        return {t: (c[0].score if c else float("-inf")) for t, c in zip(ordered, self._linker().link_strings(ordered))}
+        return dict(zip(ordered, self._linker().top_scores(ordered)))
 
     def set_annotations(self, docs: Sequence[Doc], found: List[List[Tuple[Span, float]]]) -> None:
         for doc, scored in zip(docs, found):
