@@ -338,7 +338,7 @@ def render(r: Dict[str, Any]) -> str:
         fh = r["fasthpocr"]
         lines.append(f"| FastHPOCR 0.1.4 | – | {_n(fh['abstracts_per_s'])}" + " | –" * (len(procs) - 1)
                      + f" | {fh['concepts_found']:,} | {_n(fh['peak_rss_mb'], 0)} |")
-    lines += ["", "Ratios (same run): " + "; ".join(f"{k}: {v}" for k, v in r["ratios"].items()) + ".", ""]
+    lines += ["", "Ratios (same run): " + ("; ".join(f"{k}: {v}" for k, v in r["ratios"].items()) or "– (needs FastHPOCR or the NER alone)") + ".", ""]
     lines += ["Seconds per component over all the texts (each component in turn over all docs, caches empty; wall / CPU):", ""]
     for name in PIPELINES:
         stages = {code: runs[code][name] for code in codes if runs[code].get(name)}
