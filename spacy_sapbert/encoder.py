@@ -25,6 +25,8 @@ PRECISIONS = ("auto", "fp32", "bf16", "int8")  # encoding
 TRAINING_PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # the trainer's autocast
 DEFAULT_ENCODER = "minilm"  # resolved by ``resolve_encoder_path``
 ENV_DEFAULT_ENCODER = "SPACY_SAPBERT_ENCODER"
+MIN_BATCH = 32  # names a batch holds before a longer name may start the next (``encode``)
+WINDOW_BATCHES = 8  # batches' worth of names tokenised at once (``encode``): bounded memory
 
 
 @dataclass
@@ -331,7 +333,9 @@ class SapEncoder:
         """Encode ``texts`` to an (n, dim) float32 array, in input order.
 
         Texts are sorted by length so each batch pads to a similar length (about 2x faster
-        than padding to ``max_length``); the order is restored at the end.
+        than padding to ``max_length``), and a batch ends where the token count grows, once it
+        holds ``MIN_BATCH`` names: a forward pass costs what its longest name costs for every
+        name in it. The order is restored at the end.
         """
         n = len(texts)
         out = np.zeros((n, self.dim), dtype=np.float32)
@@ -340,15 +344,35 @@ class SapEncoder:
         model = self._model_for_inference()
         model.eval()
         order = sorted(range(n), key=lambda i: len(texts[i]))
-        batches: Iterable[int] = range(0, n, batch_size)
+        window = batch_size * WINDOW_BATCHES  # tokenised together, then cut into batches by token count
+        bar = None
         if progress:
             from tqdm import tqdm
 
-            batches = tqdm(batches, total=(n + batch_size - 1) // batch_size, desc="encoding", unit="batch")
-        for start in batches:
-            idx = order[start : start + batch_size]
-            batch = self.tokenize([texts[i] for i in idx])
-            vecs = self.forward(batch, model)
-            out[idx] = vecs.float().cpu().numpy()
+            bar = tqdm(total=n, desc="encoding", unit="name")
+        for start in range(0, n, window):
+            idx = order[start : start + window]
+            tokens = self.tokenize([texts[i] for i in idx])
+            lengths = tokens["attention_mask"].sum(1)
+            by_length = torch.argsort(lengths, stable=True)
+            for part in length_batches(lengths[by_length].tolist(), batch_size, MIN_BATCH):
+                rows = by_length[part]
+                width = tokens["input_ids"].shape[1] if self.pad_to_max_length else int(lengths[rows].max())
+                vecs = self.forward({k: v[rows, :width] for k, v in tokens.items()}, model)
+                out[[idx[i] for i in rows.tolist()]] = vecs.float().cpu().numpy()
+            if bar is not None:
+                bar.update(len(idx))
+        if bar is not None:
+            bar.close()
         return out
+
+
+def length_batches(lengths: Sequence[int], batch_size: int, min_batch: int) -> Iterable[slice]:
+    """Slices of ``lengths`` (sorted ascending) into batches of at most ``batch_size``, each ending
+    where the length grows once it holds ``min_batch``: little padding, few tiny batches."""
+    start = 0
+    for i in range(1, len(lengths) + 1):
+        if i == len(lengths) or i - start == batch_size or (lengths[i] > lengths[i - 1] and i - start >= min_batch):
+            yield slice(start, i)
+            start = i
 

@@ -319,6 +319,17 @@ class VectorIndex:
             return self._rescore(queries, self._code_search(queries, max(k, depth))[1], k)
         return self._code_search(queries, k)
 
+    def stored_vectors(self, rows: Sequence[int]) -> Optional[np.ndarray]:
+        """The vectors added at ``rows``, as float32, where the index keeps them whole: ``flat``
+        exactly, ``ivf-pq`` its fp16 re-scoring copy. None for kinds that keep only codes."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if isinstance(self.index, faiss.IndexFlat):
+            base = faiss.rev_swig_ptr(self.index.get_xb(), len(self) * self.dim).reshape(len(self), self.dim)
+            return np.array(base[rows], dtype=np.float32)
+        if self.rerank is not None:
+            return self._gather(rows)
+        return None
+
     def _code_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """FAISS' own search (on the GPU copy when there is one): the compressed codes' ranking."""
         index = self.index if self._gpu_index is None else self._gpu_index

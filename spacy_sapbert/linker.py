@@ -15,6 +15,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.scorer import PRFScore
@@ -168,6 +169,7 @@ def make_kb_id_scorer() -> Callable[..., Dict[str, Any]]:
         "candidates_attr": "cui_candidates",
         "parts_attr": "cui_parts",
         "split_composites": True,
+        "exact_names": True,
         "batch_size": 256,
         "cache_size": 10000,
         "device": "auto",
@@ -191,6 +193,7 @@ def make_sapbert_linker(
     candidates_attr: str,
     parts_attr: str,
     split_composites: bool,
+    exact_names: bool,
     batch_size: int,
     cache_size: int,
     device: str,
@@ -204,7 +207,10 @@ def make_sapbert_linker(
     names only). ``ambiguous``: what ``_.cui``/``kb_id_`` get
     when the best name belongs to several concepts: ``"first"`` (the likeliest of them: the KB's
     priors, then the concept with the most names; ``ConceptKB.concepts_of_name``) or ``"none"``
-    (nothing: the linker does not guess; the candidates list them all)."""
+    (nothing: the linker does not guess; the candidates list them all). ``exact_names``: a query
+    that is a KB name is searched with the vector the index stores for that name (what the encoder
+    gave the same string when the KB was built) instead of being encoded again; turn it off where
+    the query vector must come from the encoder (e.g. a reranker that reads the mention's context)."""
     return SapBertLinker(
         nlp.vocab,
         name=name,
@@ -220,6 +226,7 @@ def make_sapbert_linker(
         candidates_attr=candidates_attr,
         parts_attr=parts_attr,
         split_composites=split_composites,
+        exact_names=exact_names,
         batch_size=batch_size,
         cache_size=cache_size,
         device=device,
@@ -255,6 +262,7 @@ class SapBertLinker(Pipe):
         candidates_attr: str = "cui_candidates",
         parts_attr: str = "cui_parts",
         split_composites: bool = True,
+        exact_names: bool = True,
         batch_size: int = 256,
         cache_size: int = 10000,
         device: str = "auto",
@@ -284,6 +292,7 @@ class SapBertLinker(Pipe):
         self.candidates_attr = candidates_attr
         self.parts_attr = parts_attr
         self.split_composites = split_composites
+        self.exact_names = exact_names
         self.batch_size = batch_size
         self.cache_size = cache_size
         self.device = device
@@ -438,6 +447,16 @@ class SapBertLinker(Pipe):
         found = self._lookup(sorted({k for k in keys if k}))
         return [found.get(k, []) for k in keys]
 
+    def top_scores(self, mentions: Sequence[str]) -> List[float]:
+        """The best candidate's score for each bare mention string (-inf without candidates), as
+        ``link_strings`` gives it; with ``exact_names`` a KB name scores 1.0 without any search
+        (nothing scores above a name's own row), so a detector can score proposals cheaply."""
+        keys = [self.normalize(m) for m in mentions]
+        kb = self.linking_kb.kb  # type: ignore[union-attr]  # loaded by normalize
+        named = {k for k in keys if self.exact_names and k and kb.row_of_name(k) is not None}
+        found = self._lookup(sorted({k for k in keys if k and k not in named}))
+        return [1.0 if k in named else _top_score(found.get(k, [])) for k in keys]
+
     def _lookup(self, keys: List[str]) -> Dict[str, List[Candidate]]:
         """Candidates of normalised queries: cached ones from the LRU cache, the rest encoded in one batch."""
         if not keys:
@@ -448,7 +467,7 @@ class SapBertLinker(Pipe):
             if k in self._cache:
                 self._cache.move_to_end(k)
         if missing:
-            vectors = self.encoder.encode(missing, batch_size=self.batch_size)
+            vectors = self._query_vectors(missing)
             for key, cands in zip(missing, self.linking_kb.candidates(vectors, top_k=self.top_k, queries=missing)):
                 self._cache[key] = cands
         found = {k: self._cache[k] for k in keys}
@@ -459,6 +478,25 @@ class SapBertLinker(Pipe):
             for key in [k for k in self._cache if k not in needed][:excess]:
                 del self._cache[key]
         return found
+
+    def _query_vectors(self, keys: Sequence[str]) -> np.ndarray:
+        """The search vectors of normalised queries: the encoder's, except that with ``exact_names``
+        a query that is a KB name takes that name's vector from the index (no encoding: most
+        mentions are KB names). Where the index keeps only codes, every query is encoded."""
+        assert self.linking_kb is not None and self.encoder is not None
+        kb = self.linking_kb.kb
+        rows = [kb.row_of_name(k) for k in keys] if self.exact_names else [None] * len(keys)
+        named = [i for i, row in enumerate(rows) if row is not None]
+        stored = self.linking_kb.index.stored_vectors([rows[i] for i in named]) if named else None
+        if stored is None:
+            named = []
+        out = np.empty((len(keys), self.linking_kb.index.dim), dtype=np.float32)
+        if named:
+            out[named] = stored
+        rest = [i for i, row in enumerate(rows) if row is None or stored is None]
+        if rest:
+            out[rest] = self.encoder.encode([keys[i] for i in rest], batch_size=self.batch_size)
+        return out
 
     def best(self, cands: Sequence[Candidate]) -> Optional[Candidate]:
         """The candidate ``_.cui`` gets: the top one if it reaches ``effective_threshold``, unless its

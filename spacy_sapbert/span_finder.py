@@ -492,11 +492,12 @@ class SpanFinder:
         return found
 
     def _scores(self, texts: Set[str]) -> Dict[str, float]:
-        """The best KB match score of each text, through the linker's batched, cached search."""
+        """The best KB match score of each text, through the linker's batched, cached search
+        (``SapBertLinker.top_scores``: a KB name's is 1.0, known without searching)."""
         ordered = sorted(texts)
         if not ordered:
             return {}
-        return {t: (c[0].score if c else float("-inf")) for t, c in zip(ordered, self._linker().link_strings(ordered))}
+        return dict(zip(ordered, self._linker().top_scores(ordered)))
 
     def _nested(self, scored: Sequence[Tuple[Span, float]], ents: Sequence[Span]) -> List[Span]:
         """The accepted spans of the span group of ``resolve="all"``: all of them, or with

@@ -62,3 +62,35 @@ def test_speed_table_has_a_scispacy_column_only_when_scispacy_was_measured(monke
     rows = [line for line in text.splitlines() if "mentions/s" in line]
     assert rows[0].endswith("| 2,000.0 | 700.0 | 1,234.5 |") and rows[1].endswith("| 800.0 | 300.0 | 321.0 |")
     assert "scispacy 0.6.2 `EntityLinker`, same KB" in text and "99.0 s to build on 2 thread(s) (when first built" in text and "50.0% of the gold mentions" in text
+
+
+def test_pipeline_profile_counts_encoder_flops_and_runs_a_checkout_with_its_own_entry_points(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports readme_tables beside it
+    profile = _load("pipeline_profile")
+    # MiniLM-L6: 6 layers, hidden 384, feed-forward 1536; 8 tokens: 8 x 7.08 MFLOP + 2 x 2 x 64 x 384 per layer
+    assert profile.flops_per_name([8], 6, 384, 1536) == 6 * (8 * 2 * (4 * 384**2 + 2 * 384 * 1536) + 4 * 64 * 384)
+    assert profile.flops_per_name([4, 12], 6, 384, 1536) > profile.flops_per_name([8, 8], 6, 384, 1536)  # t² term
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "setup.cfg").write_text(
+        "[options.entry_points]\nspacy_factories =\n    sapbert_linker = spacy_sapbert.linker:make_sapbert_linker\n", encoding="utf8")
+    shim = profile.entry_points_shim(tmp_path / "code", tmp_path / "shim")
+    from importlib.metadata import PathDistribution
+
+    dist = PathDistribution(next(shim.glob("*.dist-info")))
+    assert [(e.group, e.name, e.value) for e in dist.entry_points] == [
+        ("spacy_factories", "sapbert_linker", "spacy_sapbert.linker:make_sapbert_linker")]
+
+
+def test_pipeline_profile_ratios_compare_runs_of_the_same_run(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    profile = _load("pipeline_profile")
+
+    def run(rate1, rate2):
+        return {"pipe": [{"n_process": 1, "abstracts_per_s": rate1}, {"n_process": 2, "abstracts_per_s": rate2}]}
+
+    result = {"processes": [1, 2], "fasthpocr": {"abstracts_per_s": 1000.0},
+              "runs": {"after": {"hpo": run(400.0, 700.0), "ner": run(40.0, 70.0), "ner-alone": run(50.0, 100.0)}}}
+    assert profile.ratios(result) == {
+        "hpo / FastHPOCR (1 process), after, 1 process(es)": "0.40", "ner / NER alone, after, 1 process(es)": "0.80",
+        "hpo / FastHPOCR (1 process), after, 2 process(es)": "0.70", "ner / NER alone, after, 2 process(es)": "0.70",
+    }

@@ -190,6 +190,7 @@ def test_flat_index_matches_brute_force():
     expected = np.argsort(-(queries @ data.T), axis=1)[:, :5]
     np.testing.assert_array_equal(rows, expected)
     assert index.search(queries, 1000)[1].shape == (20, 500)  # k capped at the index size
+    np.testing.assert_array_equal(index.stored_vectors([7, 2]), data[[7, 2]])  # the exact-name fast path's vectors
 
 
 def _unit_vectors(n: int, dim: int, seed: int, clusters: int = 0) -> np.ndarray:
@@ -259,6 +260,11 @@ def test_compressed_indexes_round_trip(kind, tmp_path):
     assert again.meta["kind"] == kind and len(again) == 2000
     _, rows = again.search(data[:50], 1)
     assert (rows[:, 0] == np.arange(50)).mean() >= 0.9
+    stored = again.stored_vectors([3, 0])  # whole vectors where kept (ivf-pq's fp16 copy), else none
+    if kind == "ivf-pq":
+        np.testing.assert_allclose(stored, data[[3, 0]], atol=1e-3)
+    else:
+        assert stored is None
 
 
 def test_ivf_pq_rescores_its_candidates_with_the_stored_full_vectors(tmp_path):

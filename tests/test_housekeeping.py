@@ -10,8 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [p for d in ("spacy_sapbert", "training", "benchmarks") for p in sorted((ROOT / d).rglob("*.py"))]
-# runs under scispacy's own environment, where spacy_sapbert is not installed: keeps its own copies
-STANDALONE = {"benchmarks/scispacy_worker.py"}
+# run under scispacy's and FastHPOCR's own environments, where spacy_sapbert is not installed: keep their own copies
+STANDALONE = {"benchmarks/scispacy_worker.py", "benchmarks/fasthpocr_worker.py"}
 
 
 def _files_matching(pattern: str) -> set:

@@ -179,6 +179,30 @@ def test_cache_is_bounded_and_results_stable(kb_path, tiny_bert_path):
 
 
 @pytest.mark.slow
+def test_kb_names_are_searched_with_their_stored_vectors_not_encoded(kb_path, tiny_bert_path, monkeypatch):
+    """The exact-name fast path: a query that is a KB name gets the candidates the encoder path
+    gives it (its own name first, score 1.0), without the encoder; other queries are encoded."""
+    from spacy_sapbert.encoder import SapEncoder
+
+    queries = ["Convulsion", "ms", "bronchial  asthma", "head pains", "pyrexia and fits"]
+    expected = make_nlp(kb_path, tiny_bert_path, exact_names=False).get_pipe("sapbert_linker").link_strings(queries)
+    encoded = []
+    encode = SapEncoder.encode
+    monkeypatch.setattr(SapEncoder, "encode", lambda self, texts, **kw: encoded.extend(texts) or encode(self, texts, **kw))
+    found = make_nlp(kb_path, tiny_bert_path).get_pipe("sapbert_linker").link_strings(queries)
+    assert encoded == ["head pains", "pyrexia and fits"]
+    assert [[(c.concept_id, c.name, c.ambiguous) for c in cands] for cands in found] == [
+        [(c.concept_id, c.name, c.ambiguous) for c in cands] for cands in expected]
+    assert [c.score for c in found[1][:2]] == [1.0, 1.0] and found[1][0].ambiguous  # "MS": both concepts
+    assert all(abs(a.score - b.score) < 1e-5 for fa, ea in zip(found, expected) for a, b in zip(fa, ea))
+    fresh = make_nlp(kb_path, tiny_bert_path).get_pipe("sapbert_linker")
+    searched = []
+    monkeypatch.setattr(fresh, "_lookup", lambda keys, lookup=fresh._lookup: searched.extend(keys) or lookup(keys))
+    scores = fresh.top_scores(queries + [" "])  # what the span finder scores proposals with
+    assert searched == ["head pains", "pyrexia and fits"]  # a KB name's best score is 1.0: no search
+    assert scores == [c[0].score for c in found] + [float("-inf")]
+
+
 def test_real_encoder_links_unseen_synonyms(tmp_path):
     """With the real MiniLM weights, surface variants not in the KB reach the right concept."""
     from spacy_sapbert.encoder import SapEncoder

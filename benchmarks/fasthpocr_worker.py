@@ -1,0 +1,69 @@
+"""FastHPOCR (a dictionary tagger for HPO) timed on texts, run by *another* Python that has it.
+
+FastHPOCR 0.1.4 indexes ``hp.obo`` with pronto, which it does not declare, so it lives in its own
+environment (``python -m venv /tmp/hpocrvenv && /tmp/hpocrvenv/bin/pip install FastHPOCR==0.1.4
+pronto``). This file imports nothing from spacy_sapbert: ``python fasthpocr_worker.py IN.json
+OUT.json`` reads ``{"obo", "index_dir", "texts", "repeats"}``, builds the index into ``index_dir``
+once (kept for later runs, keyed by the OBO file's size and modification time), and writes the
+median abstracts/s of ``annotate`` over the texts in this one process, with the concepts found.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM); ``spacy_sapbert.machine.peak_rss_mb``'s rule,
+    repeated because this runs where spacy_sapbert is not installed."""
+    with open("/proc/self/status") as f:
+        return int(re.search(r"VmHWM:\s+(\d+)", f.read())[1]) / 1024
+
+
+def index_file(obo: str, index_dir: str) -> str:
+    """The FastHPOCR index of ``obo``, built on first use into a subfolder of ``index_dir``."""
+    from FastHPOCR.IndexHPO import IndexHPO
+
+    stat = os.stat(obo)
+    folder = os.path.join(index_dir, f"{stat.st_size}-{int(stat.st_mtime)}")
+    target = os.path.join(folder, "hp.index")
+    if not os.path.isfile(target):
+        tmp = f"{folder}.tmp-{os.getpid()}"
+        os.makedirs(tmp, exist_ok=True)
+        IndexHPO(obo, tmp, indexConfig={}).index()
+        os.replace(tmp, folder)
+    return target
+
+
+def main(request_path: str, reply_path: str) -> None:
+    from FastHPOCR.HPOAnnotator import HPOAnnotator
+
+    with open(request_path, encoding="utf8") as f:
+        request = json.load(f)
+    texts = request["texts"]
+    start = time.perf_counter()
+    annotator = HPOAnnotator(index_file(request["obo"], request["index_dir"]))
+    load_seconds = time.perf_counter() - start
+    seconds, found = [], 0
+    for _ in range(int(request.get("repeats", 1))):
+        start = time.perf_counter()
+        found = sum(len(annotator.annotate(text)) for text in texts)
+        seconds.append(time.perf_counter() - start)
+    answer = {
+        "abstracts": len(texts),
+        "abstracts_per_s": len(texts) / statistics.median(seconds),
+        "seconds": seconds,
+        "concepts_found": found,
+        "load_seconds": load_seconds,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+    with open(reply_path, "w", encoding="utf8") as f:
+        json.dump(answer, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
