@@ -62,3 +62,22 @@ def test_speed_table_has_a_scispacy_column_only_when_scispacy_was_measured(monke
     rows = [line for line in text.splitlines() if "mentions/s" in line]
     assert rows[0].endswith("| 2,000.0 | 700.0 | 1,234.5 |") and rows[1].endswith("| 800.0 | 300.0 | 321.0 |")
     assert "scispacy 0.6.2 `EntityLinker`, same KB" in text and "99.0 s to build on 2 thread(s) (when first built" in text and "50.0% of the gold mentions" in text
+
+
+def test_annotate_benchmark_corpus_is_every_distinct_abstract_once(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # annotate.py imports readme_tables beside it
+    bench = _load("annotate")
+    monkeypatch.setattr(bench, "WORK", tmp_path)
+    corpus = bench.build_corpus(ROOT / "assets" / "benchmarks", None)
+    assert corpus["distinct_pmids"] == corpus["documents"] == 2292 and corpus["shared_pmids"] == 0
+    assert corpus["per_corpus"] == {"ncbi-disease": 792, "bc5cdr": 1500}
+    rows = [json.loads(line) for line in (tmp_path / "abstracts.jsonl").read_text().splitlines()]
+    assert len({r["id"] for r in rows}) == 2292 and all(r["text"] for r in rows)
+    series = [[0.5, 300.0, 0], [2.0, 410.0, 250], [3.0, 420.0, 750], [4.0, 415.0, 1000]]
+    memory = {"series_t_rss_mb_docs": series, "documents": 1000, "repeat": 2, "pipeline": "p", "docs_per_s": 9.0,
+              "peak_rss_mb": {"driver": 420.0, "workers": []}}
+    result = {"command": "c", "machine": {"cpu": "cpu", "nproc": 2}, "corpus": corpus, "shard_size": 250, "runs": [], "memory": memory}
+    table = bench.render(result)["ANNOTATE-MEMORY"]
+    assert [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()] == [
+        "| 2 | 250 | 410 |", "| 3 | 750 | 420 |", "| 4 | 1,000 | 415 |"
+    ]
