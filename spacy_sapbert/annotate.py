@@ -9,7 +9,8 @@ OUTPUT is a folder:
 * ``errors.jsonl``: a line per document that failed, with its id and why.
 
 A run restarted with the same arguments skips the finished shards and writes the bytes an
-uninterrupted run writes: nothing in the folder depends on timing, process count or the machine.
+uninterrupted run writes (nothing in the folder depends on timing; the mention cache is restored
+as it was: ``shards.MentionCaches``).
 Locally each shard streams through ``nlp.pipe`` (``n_process`` as spaCy does it); on a Dask
 cluster (``cluster.py``) each task is one shard; both make a shard with ``shards.annotate_shard``
 and commit it through ``shards.OutputFolder``.
@@ -25,15 +26,16 @@ from typing import Any, Dict, Iterator, Optional
 from .documents import INPUT_FORMATS, InputDocument, guess_input_format, iter_documents
 from .fileio import PathLike
 from .shards import (
+    CACHE_FOLDER,
     DEFAULT_MAX_CHARS,
     OUTPUT_FORMATS,
+    MentionCaches,
     OutputFolder,
     PipelineSpec,
     Shard,
     annotate_shard,
     pipeline_fingerprint,
     prepare_pipeline,
-    save_caches,
 )
 
 
@@ -100,10 +102,11 @@ def annotate(
     The pipeline: ``pipeline`` (a saved one), else ``kb`` with ``detector``, else the embedded HPO
     default, as ``link`` does. ``scheduler``: a Dask scheduler address or ``distributed.Client``:
     one task per shard on its workers (``cluster.py``) instead of ``nlp.pipe`` here. ``cache_dir``:
-    the linkers' mention caches are loaded from there at the start and saved after each shard, so a
-    resumed or repeated run encodes no string twice (``cache_size``: the strings each keeps; None:
-    the linker's setting). Documents that fail are listed in
-    ``errors.jsonl`` and counted in the summary; the run goes on.
+    the linkers' mention caches are loaded from there at the start and saved with each shard, so a
+    resumed or repeated run encodes no string twice (``shards.MentionCaches``); None: ``OUTPUT/
+    mention-cache`` for a local run, none for a cluster's. ``cache_size``: the strings each linker's
+    cache keeps (None: its setting). Documents that fail are listed in ``errors.jsonl`` and counted
+    in the summary; the run goes on.
     """
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output format must be one of {', '.join(OUTPUT_FORMATS)}, not {output_format!r}")
@@ -118,6 +121,8 @@ def annotate(
         encoder=str(Path(encoder).resolve()) if encoder else None, top_k=top_k, detector=detector,
     )
     engine: Any
+    if cache_dir is None and scheduler is None:
+        cache_dir = Path(output) / CACHE_FOLDER
     if scheduler is not None:
         from .cluster import DaskShards
 
@@ -130,6 +135,7 @@ def annotate(
                "max_chars": max_chars, "pipeline_fingerprint": engine.fingerprint}
         described = {**{k: v for k, v in vars(spec).items() if v is not None}, "components": engine.components}
         folder = OutputFolder(output, run, described, overwrite)
+        engine.start()
         skipped = len(folder.shards)
         bar = _Progress(progress)
         run_docs = run_mentions = 0
@@ -139,7 +145,6 @@ def annotate(
                 for entry in folder.commit(shard):
                     run_docs += entry["docs"]
                     run_mentions += entry["mentions"]
-                engine.after_commit()
             folder.finish()
         bar.close()
     finally:
@@ -153,23 +158,27 @@ class _LocalShards:
     def __init__(self, spec: PipelineSpec, output_format: str, n_process: int, batch_size: int, max_chars: int,
                  cache_dir: Optional[PathLike], cache_size: Optional[int]):
         self.nlp = spec.load()
-        self.linkers = prepare_pipeline(self.nlp, max_chars, cache_dir, cache_size)
+        self.linkers = prepare_pipeline(self.nlp, max_chars, None, cache_size)
+        self.caches = MentionCaches(cache_dir) if cache_dir is not None else None
         self.fingerprint = pipeline_fingerprint(self.nlp)
         self.components = list(self.nlp.pipe_names)
         self.output_format, self.n_process, self.batch_size, self.max_chars = output_format, n_process, batch_size, max_chars
-        self.cache_dir = cache_dir
+
+    def start(self) -> None:
+        """Load the mention caches: once OUTPUT is known to be this run's (the default cache is in it)."""
+        if self.caches is not None:
+            self.caches.load(self.linkers)
 
     def shards(self, docs: Iterator[InputDocument], start: int, shard_size: int, progress: _Progress) -> Iterator[Shard]:
         for index in count(start):
             chunk = list(islice(docs, shard_size))
             if not chunk:
                 return
-            yield annotate_shard(self.nlp, self.linkers, index, chunk, self.output_format, n_process=self.n_process,
-                                 batch_size=self.batch_size, max_chars=self.max_chars, progress=progress)
-
-    def after_commit(self) -> None:
-        if self.cache_dir is not None:
-            save_caches(self.linkers, self.cache_dir)
+            shard = annotate_shard(self.nlp, self.linkers, index, chunk, self.output_format, n_process=self.n_process,
+                                   batch_size=self.batch_size, max_chars=self.max_chars, progress=progress)
+            if self.caches is not None:  # before the shard is committed: see MentionCaches
+                self.caches.save(self.linkers)
+            yield shard
 
     def close(self) -> None:
         pass

@@ -191,7 +191,7 @@ def annotate_command(
     n_process: int = typer.Option(1, help="Processes for nlp.pipe (-1: every CPU); give each its share of the cores (OMP_NUM_THREADS)"),
     batch_size: int = typer.Option(64, help="Docs per nlp.pipe batch"),
     max_chars: int = typer.Option(1_000_000, help="A longer document is not annotated but listed in errors.jsonl"),
-    cache_dir: Optional[Path] = typer.Option(None, help="Keep the linkers' mention caches here: a resumed or repeated run encodes no string twice"),
+    cache_dir: Optional[Path] = typer.Option(None, help="Keep the linkers' mention caches here, e.g. shared by repeated runs (default: OUTPUT/mention-cache; with --scheduler, none)"),
     cache_size: Optional[int] = typer.Option(None, help="Strings each linker's cache keeps (default: the linker's cache_size, 10000)"),
     scheduler: Optional[str] = typer.Option(None, help="A Dask scheduler address (tcp://host:8786): one task per shard on its workers"),
     overwrite: bool = typer.Option(False, help="Start OUTPUT afresh even if it holds another run (or this one)"),

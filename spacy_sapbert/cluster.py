@@ -4,7 +4,7 @@ Each worker loads the pipeline once, when the run registers its plugin, from pat
 can read (a pipeline folder or KB on shared storage); the KB and its index are memory-mapped, so
 workers on one host share their pages. The driver reads the input, sends each shard's documents
 to a worker, and commits the shards that come back through the same ``OutputFolder`` as a local
-run: in order, so the output is byte for byte the local run's.
+run, in order.
 """
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 from .documents import InputDocument
 from .fileio import PathLike
 from .shards import (
+    MentionCaches,
     PipelineSpec,
     Shard,
     annotate_shard,
     pipeline_fingerprint,
     prepare_pipeline,
-    save_caches,
 )
 
 try:
@@ -38,7 +38,8 @@ class PipelinePlugin(WorkerPlugin):  # type: ignore[misc,valid-type]
 
     def setup(self, worker: Any) -> None:
         self.nlp = self.spec.load()
-        self.linkers = prepare_pipeline(self.nlp, self.max_chars, self.cache_dir, self.cache_size)
+        self.caches = MentionCaches(self.cache_dir) if self.cache_dir is not None else None
+        self.linkers = prepare_pipeline(self.nlp, self.max_chars, self.caches, self.cache_size)
         self.fingerprint = pipeline_fingerprint(self.nlp)
         self.lock = threading.Lock()  # one shard at a time per worker, however many threads it has
 
@@ -63,8 +64,8 @@ def _run_shard(name: str, index: int, docs: Sequence[InputDocument], output_form
     plugin = _plugin(name)
     with plugin.lock:
         shard = annotate_shard(plugin.nlp, plugin.linkers, index, docs, output_format, batch_size=batch_size, max_chars=plugin.max_chars)
-        if plugin.cache_dir is not None:
-            save_caches(plugin.linkers, plugin.cache_dir)
+        if plugin.caches is not None:
+            plugin.caches.save(plugin.linkers)
     return plugin.fingerprint, shard
 
 
@@ -113,15 +114,15 @@ class DaskShards:
         for future in running:
             yield self._result(future, progress)
 
+    def start(self) -> None:
+        pass  # each worker loaded its mention caches with the pipeline
+
     def _result(self, future: Any, progress: Any) -> Shard:
         fingerprint, shard = future.result()
         if fingerprint != self.fingerprint:
             raise ValueError(f"a worker that joined later loaded another pipeline (fingerprint {fingerprint}, not {self.fingerprint})")
         progress.add(shard.docs, shard.mentions)
         return shard
-
-    def after_commit(self) -> None:
-        pass  # the workers save the mention caches after each shard
 
     def close(self) -> None:
         try:

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from collections import deque
 from dataclasses import dataclass
 from itertools import islice
@@ -26,6 +27,7 @@ FORMAT = "spacy-sapbert-annotations"
 VERSION = 1
 OUTPUT_FORMATS = {"jsonl": ".jsonl", "pubtator": ".pubtator", "spacy": ".spacy"}
 DEFAULT_MAX_CHARS = 1_000_000  # spaCy's own nlp.max_length
+CACHE_FOLDER = "mention-cache"  # a local run's mention caches, inside OUTPUT unless given elsewhere
 _OUR_FILES = re.compile(r"^(part-\d{5}\.(jsonl|pubtator|spacy)|manifest\.json|errors\.jsonl|\..*\.tmp)$")
 
 
@@ -115,38 +117,62 @@ def pipeline_fingerprint(nlp: Language) -> str:
     return h.hexdigest()[:32]
 
 
-def prepare_pipeline(nlp: Language, max_chars: int, cache_dir: Optional[PathLike] = None, cache_size: Optional[int] = None) -> List[Any]:
+def prepare_pipeline(
+    nlp: Language, max_chars: int, caches: Optional["MentionCaches"] = None, cache_size: Optional[int] = None
+) -> List[Any]:
     """Ready ``nlp`` for ``link_documents`` and return its linkers: every component loads its data now
     (before worker processes fork, and so that a broken pipeline fails before the first shard), texts
     up to ``max_chars`` are allowed, the linkers' caches hold ``cache_size`` strings (None: their
-    setting) and start with what ``cache_dir`` holds for them."""
+    setting) and start with what ``caches`` holds for them."""
     nlp.max_length = max(nlp.max_length, max_chars)
     nlp("")
     linkers = linkers_of(nlp)
     for linker in linkers:
         linker.cache_size = cache_size or linker.cache_size
-        path = _cache_file(cache_dir, linker) if cache_dir is not None else None
-        if path is not None and path.is_file():
-            linker.load_cache(path)
+    if caches is not None:
+        caches.load(linkers)
     return linkers
 
 
-def _cache_file(cache_dir: PathLike, linker: Any) -> Path:
-    return Path(cache_dir) / f"{linker.name}.mentions.json"
+class MentionCaches:
+    """The linkers' mention caches in a folder (``<linker name>.mentions.json``), for one process:
+    loaded at the start, saved after each shard, merged with what another process sharing the
+    folder (a cluster worker) wrote there since this one last did; a lock keeps them in turn.
 
+    A local run saves a shard's cache before the shard is committed, so a run killed in between
+    resumes with the cache the uninterrupted run had: the same strings are encoded in the same
+    batches, and the output is the same bytes even where the encoder's vectors depend on their
+    batch (bf16)."""
 
-def save_caches(linkers: Sequence[Any], cache_dir: PathLike) -> None:
-    """Save each linker's mention cache into ``cache_dir``, merged with what is there (processes that
-    share the folder, such as cluster workers, each add their entries; a lock keeps them in turn)."""
-    from filelock import FileLock
+    def __init__(self, folder: PathLike):
+        self.folder = Path(folder)
+        self._written: Dict[str, Any] = {}  # the stamp of each file as this process last read or wrote it
 
-    Path(cache_dir).mkdir(parents=True, exist_ok=True)
-    for linker in linkers:
-        path = _cache_file(cache_dir, linker)
-        with FileLock(str(path) + ".lock"):
+    def _path(self, linker: Any) -> Path:
+        return self.folder / f"{linker.name}.mentions.json"
+
+    def load(self, linkers: Sequence[Any]) -> None:
+        from .fileio import file_stamp
+
+        for linker in linkers:
+            path = self._path(linker)
             if path.is_file():
                 linker.load_cache(path)
-            linker.save_cache(path)
+                self._written[str(path)] = file_stamp(path)
+
+    def save(self, linkers: Sequence[Any]) -> None:
+        from filelock import FileLock
+
+        from .fileio import file_stamp
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for linker in linkers:
+            path = self._path(linker)
+            with FileLock(str(path) + ".lock"):
+                if path.is_file() and file_stamp(path) != self._written.get(str(path)):
+                    linker.load_cache(path)
+                linker.save_cache(path)
+                self._written[str(path)] = file_stamp(path)
 
 
 # ---------------------------------------------------------------------------- documents through the pipeline
@@ -333,7 +359,9 @@ class OutputFolder:
             raise ValueError(f"{self.path} is not empty and has no {MANIFEST}: choose a new output folder, or pass --overwrite")
         self.path.mkdir(parents=True, exist_ok=True)
         for p in self.path.iterdir():  # temporary files of a killed run; with --overwrite, the old output
-            if p.name.startswith(".") and p.name.endswith(".tmp") or (found is None and _OUR_FILES.match(p.name)):
+            if found is None and p.name == CACHE_FOLDER:
+                shutil.rmtree(p)
+            elif p.name.startswith(".") and p.name.endswith(".tmp") or (found is None and _OUR_FILES.match(p.name)):
                 p.unlink()
         self.manifest: Dict[str, Any] = found or {"format": FORMAT, "version": VERSION, "run": run, "shards": [], "complete": False}
         self.manifest["pipeline"] = pipeline

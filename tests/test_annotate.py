@@ -49,7 +49,7 @@ def write_jsonl(path: Path, texts=TEXTS, ids=IDS, extra: str = "") -> Path:
 
 
 def files(folder: Path) -> Dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
 def records(folder: Path) -> List[dict]:
@@ -215,7 +215,9 @@ def test_cli_exit_status_and_message_count_the_failures(tmp_path, kb):
     assert result.output.strip().splitlines()[-1] == f"error: 11 of 21 documents failed: see {tmp_path / 'out' / 'errors.jsonl'}"
     again = CliRunner().invoke(app, args[:-1] + ["40"])
     assert again.exit_code == 1 and "holds the output of another run (max_chars: 30 then, 40 now)" in again.output
-    assert CliRunner().invoke(app, args[:-1] + ["40", "--overwrite"]).exit_code == 1  # only the bad JSON line fails now
+    assert (tmp_path / "out" / "mention-cache" / "sapbert_linker.mentions.json").is_file()  # a local run's default cache
+    other = CliRunner().invoke(app, args[:-1] + ["40", "--top-k", "2", "--overwrite"])  # the old cache goes with the old output
+    assert other.exit_code == 1 and "error: 1 of 21 documents failed" in other.output  # only the bad JSON line now
     assert len((tmp_path / "out" / "errors.jsonl").read_text().splitlines()) == 1
 
 

@@ -76,7 +76,7 @@ def test_annotate_benchmark_corpus_is_every_distinct_abstract_once(monkeypatch, 
     series = [[0.5, 300.0, 0], [2.0, 410.0, 250], [3.0, 420.0, 750], [4.0, 415.0, 1000]]
     memory = {"series_t_rss_mb_docs": series, "documents": 1000, "repeat": 2, "pipeline": "p", "docs_per_s": 9.0,
               "peak_rss_mb": {"driver": 420.0, "workers": []}}
-    result = {"command": "c", "machine": {"cpu": "cpu", "nproc": 2}, "corpus": corpus, "shard_size": 250, "runs": [], "memory": memory}
+    result = {"command": "c", "json": "j", "machine": {"cpu": "cpu", "nproc": 2}, "corpus": corpus, "shard_size": 250, "runs": [], "memory": memory}
     table = bench.render(result)["ANNOTATE-MEMORY"]
     assert [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()] == [
         "| 2 | 250 | 410 |", "| 3 | 750 | 420 |", "| 4 | 1,000 | 415 |"
