@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -23,7 +22,9 @@ from .fileio import atomic_open
 from .records import InputError
 
 USER_ERRORS = (ValueError, OSError, RuntimeError)  # bad input, paths, settings; InputError is a ValueError
-INPUT_FORMATS = ("auto", "text", "tsv", "jsonl")
+# How a command ends on purpose (--help, typer.Exit): RuntimeErrors too, so they are let through first.
+# typer < 0.29 raises click's classes under these names, typer >= 0.29 its own (click is no longer its base).
+EXITS = (typer.Exit, typer.Abort)
 
 
 class OneLineErrors(TyperGroup):
@@ -32,7 +33,7 @@ class OneLineErrors(TyperGroup):
     def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.exceptions.Abort):  # RuntimeErrors too, but click's own exits
+        except EXITS:
             raise
         except USER_ERRORS as e:
             if (ctx.obj or {}).get("verbose"):
@@ -123,99 +124,12 @@ def build_kb(
     typer.echo(f"wrote {output} in {time.perf_counter() - t0:.1f}s", err=True)
 
 
-def _load_pipeline(pipeline: Optional[Path], kb: Optional[Path], encoder: Optional[str], top_k: int, detector: str):
-    import spacy
-
-    from .defaults import default_pipeline
-    from .pipelines import build_pipeline
-
-    if pipeline is not None:
-        return spacy.load(pipeline)
-    if kb is not None:
-        return build_pipeline(kb, detector, encoder=encoder, negation=True, linker_config={"top_k": top_k})
-    return default_pipeline(encoder, detector=detector)
-
-
-def _linkers(nlp) -> List[Any]:
-    from .linker import SapBertLinker
-
-    found = [proc for _, proc in nlp.pipeline if isinstance(proc, SapBertLinker)]
-    if not found:
-        raise typer.BadParameter("the pipeline has no sapbert_linker component")
-    return found
-
-
-def span_records(doc, linker) -> List[Dict[str, Any]]:
-    """One JSON-ready dict per linked span of ``doc`` (the KB is read only when there is one)."""
-    spans = linker.spans_to_link(doc)
-    if not spans:
-        return []
-    from spacy.tokens import Span
-
-    kb = linker.linking_kb.kb
-    negation = Span.has_extension("negex")  # set by negspacy's negex when the pipeline has it
-    ents = {(e.start, e.end) for e in doc.ents}
-    out = []
-    for span in spans:
-        cui = span._.get(linker.cui_attr)
-        cands = span._.get(linker.candidates_attr) or []
-        top = cands[0] if cands else None
-        out.append(
-            {
-                "text": span.text,
-                "start_char": span.start_char,
-                "end_char": span.end_char,
-                "label": span.label_,
-                "nested": (span.start, span.end) not in ents,  # a span-group mention overlapping an entity
-                "cui": cui,
-                "name": kb.concept_names[kb.row_of_concept(cui)] if cui else None,
-                "matched_name": top[1] if top and cui else None,
-                "score": round(top[2], 4) if top else None,
-                "ambiguous": bool(top[3]) if top else False,
-                "negated": bool(span._.negex) if negation else None,
-                "candidates": [
-                    {"cui": c[0], "name": c[1], "score": round(c[2], 4), "ambiguous": bool(c[3])} for c in cands
-                ],
-            }
-        )
-    return out
-
-
-def read_documents(path: Path, fmt: str = "auto") -> Iterator[Tuple[str, Dict[str, Any]]]:
-    """``(text, context)`` per document of an input file; ``context`` has its 1-based ``line`` and,
-    where the format has one, its ``id``.
-
-    ``text``: every line is a document (an empty one too); ``tsv``: ``id<TAB>text``; ``jsonl``:
-    ``{"id": ..., "text": ...}`` (``id`` optional); ``auto``: ``.tsv``/``.jsonl`` by suffix, else
-    ``text``. Blank lines of ``tsv``/``jsonl`` are skipped. Errors name the file and line.
-    """
-    if fmt == "auto":
-        fmt = {".tsv": "tsv", ".jsonl": "jsonl"}.get(path.suffix.lower(), "text")
-    if fmt not in INPUT_FORMATS:
-        raise typer.BadParameter(f"input format must be one of {', '.join(INPUT_FORMATS)}, not {fmt!r}")
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf8").rstrip("\n").rstrip("\r")
-            except UnicodeDecodeError as e:
-                raise InputError(path, n, f"not UTF-8 ({e.reason} at byte {e.start})") from None
-            if fmt == "text":
-                yield line, {"line": n}
-            elif not line.strip():
-                continue
-            elif fmt == "tsv":
-                if "\t" not in line:
-                    raise InputError(path, n, "expected 'id<TAB>text': the line has no tab")
-                doc_id, text = line.split("\t", 1)
-                yield text, {"line": n, "id": doc_id}
-            else:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise InputError(path, n, f"not a JSON line ({e.msg}, column {e.colno})") from None
-                if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-                    raise InputError(path, n, 'expected a JSON object with a "text" string (and optionally an "id")')
-                yield row["text"], {"line": n, **({"id": row["id"]} if "id" in row else {})}
+# The options that name the pipeline, shared by the commands that run one.
+PIPELINE = typer.Option(None, help="A saved spaCy pipeline with a sapbert_linker")
+KB = typer.Option(None, help="A KB folder (mentions found by a ruler over its names)")
+ENCODER = typer.Option(None, help="Encoder folder for --kb (default: the one it was built with)")
+TOP_K = typer.Option(5, help="Candidates per span (with --kb or the default)")
+DETECTOR = typer.Option("span_finder", help="Mention detector with --kb or the default: span_finder, ruler, ner, ner-trf, ner+span_finder, ner-trf+span_finder")
 
 
 @app.command("link")
@@ -225,11 +139,11 @@ def link(
         None, "--input", "-i", help="File of documents, one per line (see --input-format)", exists=True, dir_okay=False
     ),
     input_format: str = typer.Option("auto", help="text (a document per line), tsv (id<TAB>text) or jsonl (id, text); auto: by suffix"),
-    pipeline: Optional[Path] = typer.Option(None, help="A saved spaCy pipeline with a sapbert_linker"),
-    kb: Optional[Path] = typer.Option(None, help="A KB folder (mentions found by a ruler over its names)"),
-    encoder: Optional[str] = typer.Option(None, help="Encoder folder for --kb (default: the one it was built with)"),
-    top_k: int = typer.Option(5, help="Candidates per span (with --kb or the default)"),
-    detector: str = typer.Option("span_finder", help="Mention detector with --kb or the default: span_finder, ruler, ner, ner-trf, ner+span_finder, ner-trf+span_finder"),
+    pipeline: Optional[Path] = PIPELINE,
+    kb: Optional[Path] = KB,
+    encoder: Optional[str] = ENCODER,
+    top_k: int = TOP_K,
+    detector: str = DETECTOR,
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write JSON lines here (atomically) instead of stdout"),
     batch_size: int = typer.Option(64, help="Docs per nlp.pipe batch"),
 ) -> None:
@@ -239,6 +153,9 @@ def link(
     for TEXT; a document without mentions has "spans": []; an empty --input is an error. With no
     --pipeline or --kb, uses the embedded default: HPO + MiniLM.
     """
+    from .documents import read_documents
+    from .shards import PipelineSpec, linkers_of, span_records
+
     if (text is None) == (input is None):
         raise typer.BadParameter("give either TEXT or --input FILE")
     documents: Optional[Iterator[Tuple[str, Dict[str, Any]]]] = None
@@ -248,15 +165,59 @@ def link(
         if first is None:
             raise InputError(input, None, "empty input: no documents to link")
         documents = itertools.chain([first], documents)
-    nlp = _load_pipeline(pipeline, kb, encoder, top_k, detector)
-    linker = _linkers(nlp)[-1]
+    nlp = PipelineSpec(str(pipeline) if pipeline else None, str(kb) if kb else None, encoder, top_k, detector).load()
+    linkers = linkers_of(nlp)
     with (atomic_open(output) if output else contextlib.nullcontext(sys.stdout)) as out:
         if documents is None:
-            for rec in span_records(nlp(text), linker):  # type: ignore[arg-type]
+            for rec in span_records(nlp(text), linkers):  # type: ignore[arg-type]
                 out.write(json.dumps(rec, ensure_ascii=False) + "\n")
             return
         for doc, context in nlp.pipe(documents, batch_size=batch_size, as_tuples=True):
-            out.write(json.dumps({**context, "spans": span_records(doc, linker)}, ensure_ascii=False) + "\n")
+            out.write(json.dumps({**context, "spans": span_records(doc, linkers)}, ensure_ascii=False) + "\n")
+
+
+@app.command("annotate")
+def annotate_command(
+    input: Path = typer.Argument(..., exists=True, help="A folder of .txt files, or a JSONL, PubTator, BioC XML, TSV or text file (.gz too)"),
+    output: Path = typer.Argument(..., help="Output folder: part-NNNNN shards, manifest.json, errors.jsonl (a killed run resumes there)"),
+    pipeline: Optional[Path] = PIPELINE,
+    kb: Optional[Path] = KB,
+    encoder: Optional[str] = ENCODER,
+    top_k: int = TOP_K,
+    detector: str = DETECTOR,
+    input_format: str = typer.Option("auto", help="auto, folder, jsonl, pubtator, bioc, tsv or text (a document per line); auto: a folder, else by suffix, else PubTator when it looks like it"),
+    output_format: str = typer.Option("jsonl", help="jsonl (link --input's records), pubtator or spacy (DocBin)"),
+    shard_size: int = typer.Option(1000, help="Input documents per output shard"),
+    n_process: int = typer.Option(1, help="Processes for nlp.pipe (-1: every CPU); give each its share of the cores (OMP_NUM_THREADS)"),
+    batch_size: int = typer.Option(64, help="Docs per nlp.pipe batch"),
+    max_chars: int = typer.Option(1_000_000, help="A longer document is not annotated but listed in errors.jsonl"),
+    cache_dir: Optional[Path] = typer.Option(None, help="Keep the linkers' mention caches here, e.g. shared by repeated runs (default: OUTPUT/mention-cache; with --scheduler, none)"),
+    cache_size: Optional[int] = typer.Option(None, help="Strings each linker's cache keeps (default: the linker's cache_size, 10000)"),
+    scheduler: Optional[str] = typer.Option(None, help="A Dask scheduler address (tcp://host:8786): one task per shard on its workers"),
+    overwrite: bool = typer.Option(False, help="Start OUTPUT afresh even if it holds another run (or this one)"),
+) -> None:
+    """Annotate a corpus into resumable shards; documents that fail are listed in errors.jsonl (exit status 1).
+
+    With no --pipeline or --kb, uses the embedded default: HPO + MiniLM. Restarted with the same
+    arguments, a killed run skips the shards it finished and writes the same bytes.
+    """
+    from .annotate import annotate
+
+    s = annotate(
+        input, output, pipeline=pipeline, kb=kb, encoder=encoder, top_k=top_k, detector=detector, input_format=input_format,
+        output_format=output_format, shard_size=shard_size, n_process=n_process, batch_size=batch_size, max_chars=max_chars,
+        cache_dir=cache_dir, cache_size=cache_size, overwrite=overwrite, scheduler=scheduler,
+    )
+    t = s.totals
+    rate = f"{s.run_docs / s.seconds:.1f} docs/s, {s.run_mentions / s.seconds:.1f} mentions/s" if s.run_docs else "nothing left to do"
+    typer.echo(
+        f"{output}: {t['annotated']:,} of {t['docs']:,} documents annotated, {t['mentions']:,} mentions, {s.shards} shards "
+        f"({s.shards_skipped} finished before); this run: {s.run_docs:,} documents in {s.seconds:.1f}s ({rate})",
+        err=True,
+    )
+    if s.failed:
+        typer.echo(f"error: {s.failed:,} of {t['docs']:,} documents failed: see {output / 'errors.jsonl'}", err=True)
+        raise typer.Exit(1)
 
 
 @app.command("info")
@@ -283,19 +244,20 @@ def demo(
     from spacy import displacy
 
     from .defaults import DEMO_NOTE, HPO_BROWSER_URL, default_pipeline
-    from .fileio import atomic_open
     from .machine import peak_rss_mb
+    from .shards import linkers_of, span_records
 
     t0 = time.perf_counter()
     nlp = default_pipeline()
-    linker = _linkers(nlp)[-1]
-    linker.initialize()
+    linkers = linkers_of(nlp)
+    for linker in linkers:
+        linker.initialize()
     t_load = time.perf_counter() - t0
     text = (note or DEMO_NOTE).read_text(encoding="utf8")
     t1 = time.perf_counter()
     doc = nlp(text)
     t_link = time.perf_counter() - t1
-    records = span_records(doc, linker)
+    records = span_records(doc, linkers)
     for r in records:
         flag = "".join(f"  ({word})" for key, word in (("ambiguous", "ambiguous name"), ("negated", "negated"), ("nested", "nested"))
                        if r[key])

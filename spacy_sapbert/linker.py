@@ -498,6 +498,55 @@ class SapBertLinker(Pipe):
             out[rest] = self.encoder.encode([keys[i] for i in rest], batch_size=self.batch_size)
         return out
 
+    def _cache_key(self) -> Dict[str, Any]:
+        """What the cached candidates depend on: the KB, its index, the encoder, its precision, ``top_k``
+        and ``exact_names``."""
+        assert self.linking_kb is not None and self.encoder is not None
+        return {"kb": self.linking_kb.meta["kb_fingerprint"], "index": self.linking_kb.index.meta, "encoder": self.encoder.fingerprint,
+                "precision": self.encoder.precision, "top_k": self.top_k, "exact_names": self.exact_names}
+
+    def save_cache(self, path: Union[str, Path]) -> int:
+        """Write the mention cache (normalised query → candidates, least recently used first) to
+        ``path`` as JSON, atomically, with what made its entries: the KB, its index, the encoder, its
+        precision and ``top_k``. Another process or a later run loads it (``load_cache``) instead of
+        encoding those strings again. Returns the number of entries written."""
+        import json
+
+        from .fileio import atomic_open
+
+        self._ensure_ready()
+        assert self.linking_kb is not None and self.encoder is not None
+        key = self._cache_key()
+        entries = [[query, [c.to_tuple() for c in cands]] for query, cands in self._cache.items()]
+        with atomic_open(path) as f:
+            json.dump({"format": "spacy-sapbert-mention-cache", "version": 1, "key": key, "entries": entries}, f, ensure_ascii=False)
+        return len(entries)
+
+    def load_cache(self, path: Union[str, Path]) -> int:
+        """Add the entries ``save_cache`` wrote to the mention cache as its least recently used ones
+        (a query cached already keeps its entry), up to ``cache_size``. A file written for another
+        KB, index, encoder, precision or ``top_k`` is refused, naming both. Returns how many were added."""
+        import json
+
+        self._ensure_ready()
+        assert self.linking_kb is not None and self.encoder is not None
+        key = self._cache_key()
+        with open(path, encoding="utf8") as f:
+            saved = json.load(f)
+        if not isinstance(saved, dict) or saved.get("format") != "spacy-sapbert-mention-cache" or saved.get("version") != 1:
+            raise ValueError(f"{path} is not a mention cache written by SapBertLinker.save_cache")
+        if saved["key"] != json.loads(json.dumps(key)):
+            raise ValueError(
+                f"{path} caches the mentions of another linker ({saved['key']}), not of {self.name} ({key}): "
+                "delete it or keep caches of different KBs, encoders or settings apart"
+            )
+        room = self.cache_size - len(self._cache)
+        new = [(q, cands) for q, cands in saved["entries"] if q not in self._cache][-room:] if room > 0 else []
+        for query, cands in reversed(new):
+            self._cache[query] = [Candidate(str(c), str(n), float(s), bool(a)) for c, n, s, a in cands]
+            self._cache.move_to_end(query, last=False)
+        return len(new)
+
     def best(self, cands: Sequence[Candidate]) -> Optional[Candidate]:
         """The candidate ``_.cui`` gets: the top one if it reaches ``effective_threshold``, unless its
         name is ambiguous and ``ambiguous`` is ``"none"`` (the top one is then the likeliest of the

@@ -10,7 +10,7 @@ import platform
 import re
 import resource
 import sys
-from typing import Dict
+from typing import Dict, Optional
 
 
 def machine_description() -> Dict[str, object]:
@@ -27,18 +27,20 @@ def machine_description() -> Dict[str, object]:
     return {"cpu": model, "nproc": os.cpu_count(), "platform": platform.platform()}
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory in MB.
+def peak_rss_mb(pid: Optional[int] = None) -> float:
+    """The peak resident memory in MB of this process (or of process ``pid``, Linux only: 0.0 when it is gone).
 
     Linux's ``VmHWM`` where there is one: ``ru_maxrss`` of a child started by a big process starts
     at the parent's peak. Elsewhere ``ru_maxrss`` (bytes on macOS, KB on Linux and BSD)."""
     try:
-        with open("/proc/self/status", encoding="utf8") as f:
+        with open(f"/proc/{pid or 'self'}/status", encoding="utf8") as f:
             found = re.search(r"VmHWM:\s+(\d+)\s+kB", f.read())
         if found:
             return round(int(found[1]) / 1024, 1)
     except OSError:
         pass
+    if pid is not None:
+        return 0.0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / 2**20 if sys.platform == "darwin" else peak / 1024, 1)
 

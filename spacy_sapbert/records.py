@@ -72,3 +72,6 @@ class InputError(ValueError):
         self.problem = problem
         where = f"{self.path}:{line}" if line is not None else self.path
         super().__init__(f"{where}: {problem}")
+
+    def __reduce__(self):  # pickled with its parts (a cluster worker receives unreadable documents' errors)
+        return (type(self), (self.path, self.line, self.problem))

@@ -94,3 +94,22 @@ def test_pipeline_profile_ratios_compare_runs_of_the_same_run(monkeypatch):
         "hpo / FastHPOCR (1 process), after, 1 process(es)": "0.40", "ner / NER alone, after, 1 process(es)": "0.80",
         "hpo / FastHPOCR (1 process), after, 2 process(es)": "0.70", "ner / NER alone, after, 2 process(es)": "0.70",
     }
+
+
+def test_annotate_benchmark_corpus_is_every_distinct_abstract_once(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # annotate.py imports readme_tables beside it
+    bench = _load("annotate")
+    monkeypatch.setattr(bench, "WORK", tmp_path)
+    corpus = bench.build_corpus(ROOT / "assets" / "benchmarks", None)
+    assert corpus["distinct_pmids"] == corpus["documents"] == 2292 and corpus["shared_pmids"] == 0
+    assert corpus["per_corpus"] == {"ncbi-disease": 792, "bc5cdr": 1500}
+    rows = [json.loads(line) for line in (tmp_path / "abstracts.jsonl").read_text().splitlines()]
+    assert len({r["id"] for r in rows}) == 2292 and all(r["text"] for r in rows)
+    series = [[0.5, 300.0, 0], [2.0, 410.0, 250], [3.0, 420.0, 750], [4.0, 415.0, 1000]]
+    memory = {"series_t_rss_mb_docs": series, "documents": 1000, "repeat": 2, "pipeline": "p", "docs_per_s": 9.0,
+              "peak_rss_mb": {"driver": 420.0, "workers": []}}
+    result = {"command": "c", "json": "j", "machine": {"cpu": "cpu", "nproc": 2}, "corpus": corpus, "shard_size": 250, "runs": [], "memory": memory}
+    table = bench.render(result)["ANNOTATE-MEMORY"]
+    assert [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()] == [
+        "| 2 | 250 | 410 |", "| 3 | 750 | 420 |", "| 4 | 1,000 | 415 |"
+    ]

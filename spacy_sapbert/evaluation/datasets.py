@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
+from ..documents import pubtator_blocks
 from ..ontologies.medic import prefixed_id, read_medic_dictionary
 from ..records import ConceptRecord, InputError
 
@@ -78,7 +79,8 @@ def parse_gold_ids(raw: str, path: Optional[PathLike] = None, line: Optional[int
 
 
 def read_pubtator(path: PathLike) -> List[Document]:
-    """Read ``PMID|t|title`` / ``PMID|a|abstract`` / ``PMID<TAB>start<TAB>end<TAB>mention<TAB>type<TAB>IDs``.
+    """Read ``PMID|t|title`` / ``PMID|a|abstract`` / ``PMID<TAB>start<TAB>end<TAB>mention<TAB>type<TAB>IDs``
+    (the documents as ``documents.pubtator_blocks`` streams them, the one PubTator reader).
 
     Relation lines (``PMID<TAB>CID<TAB>…``, 4 fields) are skipped; a 7th field (BC5CDR's split
     composite mentions) is ignored. Offsets index ``title + " " + abstract``; each mention is
@@ -89,38 +91,25 @@ def read_pubtator(path: PathLike) -> List[Document]:
     docs: List[Document] = []
     by_id: Dict[str, Document] = {}
     titles: Dict[str, str] = {}
-    repeated: Optional[str] = None  # the pmid whose second copy is being skipped
-    with open(path, encoding="utf8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\n\r")
-            if not line.strip():
-                continue
-            head = line.split("|", 2)
-            if len(head) == 3 and head[1] in ("t", "a") and "\t" not in head[0]:
-                pmid, kind, text = head
-                if kind == "t":
-                    repeated = None
-                    if pmid in by_id:
-                        if titles[pmid] != text:
-                            raise InputError(path, lineno, f"document {pmid} appears twice with different titles")
-                        repeated = pmid
-                        continue
-                    titles[pmid] = text
-                    by_id[pmid] = Document(pmid, text)
-                    docs.append(by_id[pmid])
-                elif pmid != repeated:
-                    if pmid not in by_id:
-                        raise InputError(path, lineno, f"abstract of {pmid} before its title")
-                    by_id[pmid].text = titles[pmid] + " " + text
-                continue
+    for block in pubtator_blocks(path):
+        if block.error is not None:
+            raise block.error
+        if block.pmid in by_id:
+            if titles[block.pmid] != block.title:
+                raise InputError(path, block.line, f"document {block.pmid} appears twice with different titles")
+            continue  # the repeat, its annotations with it
+        titles[block.pmid] = block.title
+        by_id[block.pmid] = Document(block.pmid, block.text)
+        docs.append(by_id[block.pmid])
+        for lineno, line, problem in block.annotations:
+            if problem is not None:
+                raise InputError(path, lineno, problem)
             cols = line.split("\t")
             if len(cols) == 4 and not cols[1].isdigit():
                 continue  # a relation line: PMID, relation type, two ids
             if len(cols) not in (6, 7):
                 raise InputError(path, lineno, f"expected 6 tab-separated annotation fields, got {len(cols)}")
             pmid, start_s, end_s, text, etype, raw_ids = cols[:6]
-            if pmid == repeated:
-                continue
             doc = by_id.get(pmid)
             if doc is None:
                 raise InputError(path, lineno, f"annotation for unknown document {pmid}")

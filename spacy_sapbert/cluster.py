@@ -1,0 +1,133 @@
+"""``annotate`` on a Dask cluster (``pip install spacy-sapbert[cluster]``): one task per shard.
+
+Each worker loads the pipeline once, when the run registers its plugin, from paths every worker
+can read (a pipeline folder or KB on shared storage); the KB and its index are memory-mapped, so
+workers on one host share their pages. The driver reads the input, sends each shard's documents
+to a worker, and commits the shards that come back through the same ``OutputFolder`` as a local
+run, in order.
+"""
+from __future__ import annotations
+
+import threading
+import uuid
+from itertools import islice
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
+
+from .documents import InputDocument
+from .fileio import PathLike
+from .shards import (
+    MentionCaches,
+    PipelineSpec,
+    Shard,
+    annotate_shard,
+    pipeline_fingerprint,
+    prepare_pipeline,
+)
+
+try:
+    from distributed import WorkerPlugin
+except ImportError:  # pragma: no cover - only the plugin class needs it at import
+    WorkerPlugin = object  # type: ignore[assignment,misc]
+
+
+class PipelinePlugin(WorkerPlugin):  # type: ignore[misc,valid-type]
+    """Loads the pipeline on each worker once (``setup``) and keeps it for the run's shards."""
+
+    def __init__(self, spec: PipelineSpec, max_chars: int, cache_dir: Optional[PathLike], cache_size: Optional[int]):
+        self.spec, self.max_chars, self.cache_dir, self.cache_size = spec, max_chars, cache_dir, cache_size
+
+    def setup(self, worker: Any) -> None:
+        self.nlp = self.spec.load()
+        self.caches = MentionCaches(self.cache_dir) if self.cache_dir is not None else None
+        self.linkers = prepare_pipeline(self.nlp, self.max_chars, self.caches, self.cache_size)
+        self.fingerprint = pipeline_fingerprint(self.nlp)
+        self.lock = threading.Lock()  # one shard at a time per worker, however many threads it has
+
+    def teardown(self, worker: Any) -> None:
+        self.nlp = self.linkers = None  # type: ignore[assignment]
+
+
+def _plugin(name: str, dask_worker: Any = None) -> PipelinePlugin:
+    if dask_worker is None:
+        from distributed import get_worker
+
+        dask_worker = get_worker()
+    return dask_worker.plugins[name]
+
+
+def _describe(name: str, dask_worker: Any = None) -> Tuple[str, List[str]]:
+    plugin = _plugin(name, dask_worker)
+    return plugin.fingerprint, list(plugin.nlp.pipe_names)
+
+
+def _run_shard(name: str, index: int, docs: Sequence[InputDocument], output_format: str, batch_size: int) -> Tuple[str, Shard]:
+    plugin = _plugin(name)
+    with plugin.lock:
+        shard = annotate_shard(plugin.nlp, plugin.linkers, index, docs, output_format, batch_size=batch_size, max_chars=plugin.max_chars)
+        if plugin.caches is not None:
+            plugin.caches.save(plugin.linkers)
+    return plugin.fingerprint, shard
+
+
+class DaskShards:
+    """Shards made by a Dask cluster's workers (``scheduler``: an address or a ``distributed.Client``)."""
+
+    def __init__(self, scheduler: Any, spec: PipelineSpec, output_format: str, batch_size: int, max_chars: int,
+                 cache_dir: Optional[PathLike], cache_size: Optional[int]):
+        try:
+            from distributed import Client
+        except ImportError:
+            raise RuntimeError("a cluster run needs Dask: pip install 'spacy-sapbert[cluster]'") from None
+        self.own_client = not isinstance(scheduler, Client)
+        self.client = Client(scheduler) if self.own_client else scheduler
+        self.name = f"spacy-sapbert-annotate-{uuid.uuid4().hex[:12]}"
+        self.output_format, self.batch_size = output_format, batch_size
+        try:
+            self.client.register_plugin(PipelinePlugin(spec, max_chars, cache_dir, cache_size), name=self.name)
+            described = self.client.run(_describe, self.name)
+        except BaseException:
+            self.close()
+            raise
+        if not described:
+            self.close()
+            raise RuntimeError(f"the Dask cluster at {self.client.scheduler.address} has no workers")
+        if len({fp for fp, _ in described.values()}) > 1:
+            self.close()
+            raise ValueError(f"the workers loaded different pipelines (fingerprints {sorted(described.items())}); give them the same files")
+        self.fingerprint, self.components = next(iter(described.values()))
+
+    def shards(self, docs: Iterator[InputDocument], start: int, shard_size: int, progress: Any) -> Iterator[Shard]:
+        """Each shard of ``docs`` as a task; at most two per worker thread wait or run at a time."""
+        from distributed import as_completed
+
+        window = 2 * max(1, sum(self.client.nthreads().values()))
+        running = as_completed()
+        index = start
+        while True:
+            chunk = list(islice(docs, shard_size))
+            if not chunk:
+                break
+            if running.count() >= window:
+                yield self._result(next(running), progress)
+            running.add(self.client.submit(_run_shard, self.name, index, chunk, self.output_format, self.batch_size, pure=False))
+            index += 1
+        for future in running:
+            yield self._result(future, progress)
+
+    def start(self) -> None:
+        pass  # each worker loaded its mention caches with the pipeline
+
+    def _result(self, future: Any, progress: Any) -> Shard:
+        fingerprint, shard = future.result()
+        if fingerprint != self.fingerprint:
+            raise ValueError(f"a worker that joined later loaded another pipeline (fingerprint {fingerprint}, not {self.fingerprint})")
+        progress.add(shard.docs, shard.mentions)
+        return shard
+
+    def close(self) -> None:
+        try:
+            self.client.unregister_worker_plugin(self.name)
+        except Exception:  # never registered, or the cluster is gone: nothing is left to free
+            pass
+        if self.own_client:
+            self.client.close()

@@ -1,0 +1,241 @@
+"""Documents in: the corpus formats ``annotate`` and ``link --input`` read, one document at a time.
+
+Every reader streams (memory stays flat whatever the file's size) and yields ``InputDocument``s.
+A document that cannot be read (bad UTF-8, a malformed JSON line) comes out with its ``error`` set
+instead of ending the stream: ``annotate`` records it and goes on, ``link`` (``read_documents``)
+stops there with the ``InputError``, which names the file and the line. A file that is broken as a
+whole (a PubTator abstract without its title, malformed XML) raises the ``InputError`` itself.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Dict, Iterator, List, Optional, Tuple
+
+from .fileio import PathLike
+from .records import InputError
+
+INPUT_FORMATS = ("folder", "text", "tsv", "jsonl", "pubtator", "bioc")
+LINK_FORMATS = ("text", "tsv", "jsonl")
+_PUBTATOR_TEXT = re.compile(r"^[^\t|]+\|[ta]\|")
+
+
+@dataclass
+class InputDocument:
+    """One input document. ``id`` is None where the format has none (``text`` lines, a JSONL line
+    without one): ``key`` then falls back to ``line``. ``fields`` are a JSONL line's other fields,
+    passed through to the output; ``title_end`` is where the title ends in ``text`` (PubTator, BioC),
+    so a PubTator output keeps title and abstract apart."""
+
+    id: Any
+    text: Optional[str]
+    line: Optional[int] = None
+    fields: Dict[str, Any] = field(default_factory=dict)
+    error: Optional[InputError] = None
+    title_end: Optional[int] = None
+
+    @property
+    def key(self) -> Any:
+        """What names the document in the output and the errors file: its id, else its line number."""
+        return self.id if self.id is not None else self.line
+
+
+@dataclass
+class PubtatorBlock:
+    """A PubTator document as written: its ``PMID|t|`` and ``PMID|a|`` lines, and the lines that follow
+    them (annotations, relations) as ``(line number, text, problem)``; ``problem`` is set for a line
+    that is not UTF-8. ``error`` is set when the title or abstract line is not."""
+
+    pmid: str
+    title: str
+    line: int
+    abstract: Optional[str] = None
+    annotations: List[Tuple[int, str, Optional[str]]] = field(default_factory=list)
+    error: Optional[InputError] = None
+
+    @property
+    def text(self) -> str:
+        """Title and abstract joined by a space: what PubTator offsets index."""
+        return self.title if self.abstract is None else f"{self.title} {self.abstract}"
+
+
+def _open(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def _lines(path: Path) -> Iterator[Tuple[int, str, Optional[str]]]:
+    """``(line number, text, problem)``: a line that is not UTF-8 is decoded with replacement characters
+    and its ``problem`` says where it broke."""
+    with _open(path) as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                text, problem = raw.decode("utf8"), None
+            except UnicodeDecodeError as e:
+                text, problem = raw.decode("utf8", errors="replace"), f"not UTF-8 ({e.reason} at byte {e.start})"
+            yield n, text.rstrip("\n").rstrip("\r"), problem
+
+
+def guess_input_format(path: PathLike) -> str:
+    """A folder is a folder of ``.txt`` files; then by suffix (``.gz`` ignored): ``.jsonl``, ``.tsv``,
+    ``.xml`` (BioC), ``.pubtator``; else ``pubtator`` when the first line is a ``PMID|t|`` or
+    ``PMID|a|`` line (the corpora's ``.txt`` files), else ``text`` (a document per line)."""
+    path = Path(path)
+    if path.is_dir():
+        return "folder"
+    suffixes = [s.lower() for s in path.suffixes if s.lower() != ".gz"]
+    by_suffix = {".jsonl": "jsonl", ".tsv": "tsv", ".xml": "bioc", ".pubtator": "pubtator"}
+    if suffixes and suffixes[-1] in by_suffix:
+        return by_suffix[suffixes[-1]]
+    first = next((text for _, text, _ in _lines(path) if text.strip()), "")
+    return "pubtator" if _PUBTATOR_TEXT.match(first) else "text"
+
+
+def iter_documents(path: PathLike, fmt: str = "auto") -> Iterator[InputDocument]:
+    """The documents of ``path`` in ``fmt`` (one of ``INPUT_FORMATS``, or ``auto``: ``guess_input_format``).
+
+    ``folder``: every ``*.txt`` file, by name, its stem the id; ``text``: a document per line, an
+    empty line too; ``tsv``: ``id<TAB>text``; ``jsonl``: ``{"id": ..., "text": ..., ...}`` (``id``
+    optional, other fields passed through); ``pubtator``: title + " " + abstract (annotations
+    ignored); ``bioc``: BioC XML, each document's passages placed at their offsets. Blank lines of
+    ``tsv``/``jsonl`` are skipped.
+    """
+    path = Path(path)
+    fmt = guess_input_format(path) if fmt == "auto" else fmt
+    if fmt not in INPUT_FORMATS:
+        raise ValueError(f"input format must be auto or one of {', '.join(INPUT_FORMATS)}, not {fmt!r}")
+    if fmt == "folder":
+        return _read_folder(path)
+    if fmt == "pubtator":
+        return (InputDocument(b.pmid, b.text, b.line, error=b.error, title_end=len(b.title)) for b in pubtator_blocks(path))
+    if fmt == "bioc":
+        return _read_bioc(path)
+    return _read_lines(path, fmt)
+
+
+def read_documents(path: PathLike, fmt: str = "auto") -> Iterator[Tuple[str, Dict[str, Any]]]:
+    """``(text, context)`` per document of a ``link --input`` file; ``context`` has its 1-based
+    ``line`` and, where the format has one, its ``id``. Formats: ``LINK_FORMATS``; ``auto``:
+    ``.tsv``/``.jsonl`` by suffix, else ``text``. The first unreadable document raises its ``InputError``."""
+    path = Path(path)
+    if fmt == "auto":
+        fmt = {".tsv": "tsv", ".jsonl": "jsonl"}.get(path.suffix.lower(), "text")
+    if fmt not in LINK_FORMATS:
+        raise ValueError(f"input format must be auto or one of {', '.join(LINK_FORMATS)}, not {fmt!r}")
+    for doc in _read_lines(path, fmt):
+        if doc.error is not None:
+            raise doc.error
+        yield doc.text, {"line": doc.line, **({"id": doc.id} if doc.id is not None else {})}  # type: ignore[misc]
+
+
+def _read_lines(path: Path, fmt: str) -> Iterator[InputDocument]:
+    for n, line, problem in _lines(path):
+        if problem is not None:
+            yield InputDocument(None, None, n, error=InputError(path, n, problem))
+        elif fmt == "text":
+            yield InputDocument(None, line, n)
+        elif not line.strip():
+            continue
+        elif fmt == "tsv":
+            if "\t" not in line:
+                yield InputDocument(None, None, n, error=InputError(path, n, "expected 'id<TAB>text': the line has no tab"))
+            else:
+                doc_id, text = line.split("\t", 1)
+                yield InputDocument(doc_id, text, n)
+        else:
+            yield _json_document(path, n, line)
+
+
+def _json_document(path: Path, n: int, line: str) -> InputDocument:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        return InputDocument(None, None, n, error=InputError(path, n, f"not a JSON line ({e.msg}, column {e.colno})"))
+    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+        problem = 'expected a JSON object with a "text" string (and optionally an "id")'
+        return InputDocument(row.get("id") if isinstance(row, dict) else None, None, n, error=InputError(path, n, problem))
+    return InputDocument(row.get("id"), row["text"], n, fields={k: v for k, v in row.items() if k not in ("id", "text")})
+
+
+def _read_folder(path: Path) -> Iterator[InputDocument]:
+    """Every ``*.txt`` file of the folder, in name order (the names are listed once, up front)."""
+    names = sorted(e.name for e in os.scandir(path) if e.name.endswith(".txt") and e.is_file())
+    for name in names:
+        raw = (path / name).read_bytes()
+        try:
+            yield InputDocument(name[: -len(".txt")], raw.decode("utf8"))
+        except UnicodeDecodeError as e:
+            error = InputError(path / name, None, f"not UTF-8 ({e.reason} at byte {e.start})")
+            yield InputDocument(name[: -len(".txt")], None, error=error)
+
+
+def pubtator_blocks(path: PathLike) -> Iterator[PubtatorBlock]:
+    """The documents of a PubTator file, streamed: a ``PMID|t|title`` line starts one, its ``PMID|a|``
+    line and every other line up to the next title belong to it. An abstract that does not follow its
+    own title, or a line before the first title, raises ``InputError``."""
+    path = Path(path)
+    block: Optional[PubtatorBlock] = None
+    for n, line, problem in _lines(path):
+        if not line.strip():
+            continue
+        head = line.split("|", 2)
+        is_text = len(head) == 3 and head[1] in ("t", "a") and "\t" not in head[0]
+        if is_text and head[1] == "t":
+            if block is not None:
+                yield block
+            block = PubtatorBlock(head[0], head[2], n)
+        elif is_text:
+            if block is None or block.pmid != head[0] or block.abstract is not None:
+                raise InputError(path, n, f"abstract of {head[0]} before its title")
+            block.abstract = head[2]
+        elif block is None:
+            raise InputError(path, n, "expected a 'PMID|t|title' line first")
+        else:
+            block.annotations.append((n, line, problem))
+            continue
+        if problem is not None and block.error is None:
+            block.error = InputError(path, n, problem)
+    if block is not None:
+        yield block
+
+
+def _read_bioc(path: Path) -> Iterator[InputDocument]:
+    """BioC XML, parsed incrementally: each ``<document>`` is dropped once read."""
+    import xml.etree.ElementTree as ET
+
+    with _open(path) as f:
+        root = None
+        try:
+            for event, elem in ET.iterparse(f, events=("start", "end")):
+                if root is None:
+                    root = elem
+                elif event == "end" and elem.tag == "document":
+                    yield _bioc_document(path, elem)
+                    root.clear()
+        except ET.ParseError as e:
+            raise InputError(path, e.position[0], f"not well-formed XML ({e})") from None
+
+
+def _bioc_document(path: Path, elem: Any) -> InputDocument:
+    """A BioC document's text: its passages (or a passage's sentences) at their offsets, so that
+    offsets into it are the BioC offsets (title + " " + abstract for PubMed)."""
+    doc_id = (elem.findtext("id") or "").strip() or None
+    text, title_end = "", None
+    for passage in elem.iter("passage"):
+        kind = next((i.text for i in passage.findall("infon") if i.get("key") in ("type", "section_type")), None)
+        pieces = [passage] if passage.find("text") is not None else passage.findall("sentence")
+        for piece in pieces:
+            try:
+                offset = int(piece.findtext("offset") or 0)
+            except ValueError:
+                return InputDocument(doc_id, None, error=InputError(path, None, f"document {doc_id}: offset is not an integer"))
+            part = piece.findtext("text") or ""
+            text += " " * (offset - len(text)) + part if offset >= len(text) else (" " if text else "") + part
+        if title_end is None and (kind or "").lower() in ("title", "front"):
+            title_end = len(text)
+    if doc_id is None:
+        return InputDocument(None, None, error=InputError(path, None, "a <document> without an <id>"))
+    return InputDocument(doc_id, text, title_end=title_end)

@@ -1,0 +1,431 @@
+"""The pieces of ``annotate`` (``annotate.py``) that a local run and a cluster worker share: which
+pipeline to load, documents through it with per-document failures, a shard's bytes in each output
+format, and the output folder that commits shards in order and resumes where a run stopped.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections import deque
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from spacy.language import Language
+from spacy.tokens import Doc
+
+from .documents import InputDocument
+from .fileio import PathLike, atomic_open, read_json, write_json
+
+MANIFEST = "manifest.json"
+ERRORS = "errors.jsonl"
+FORMAT = "spacy-sapbert-annotations"
+VERSION = 1
+OUTPUT_FORMATS = {"jsonl": ".jsonl", "pubtator": ".pubtator", "spacy": ".spacy"}
+DEFAULT_MAX_CHARS = 1_000_000  # spaCy's own nlp.max_length
+CACHE_FOLDER = "mention-cache"  # a local run's mention caches, inside OUTPUT unless given elsewhere
+_OUR_FILES = re.compile(r"^(part-\d{5}\.(jsonl|pubtator|spacy)|manifest\.json|errors\.jsonl|\..*\.tmp)$")
+
+
+# ---------------------------------------------------------------------------- the pipeline
+@dataclass(frozen=True)
+class PipelineSpec:
+    """Which pipeline to run, as the command line names it: a saved pipeline folder, a KB folder with a
+    mention detector, or neither (the embedded HPO default). Plain data, so that a cluster worker loads
+    the same pipeline."""
+
+    pipeline: Optional[str] = None
+    kb: Optional[str] = None
+    encoder: Optional[str] = None
+    top_k: int = 5
+    detector: str = "span_finder"
+
+    def load(self) -> Language:
+        import spacy
+
+        from .defaults import default_pipeline
+        from .pipelines import build_pipeline
+
+        if self.pipeline is not None:
+            return spacy.load(self.pipeline)
+        if self.kb is not None:
+            return build_pipeline(self.kb, self.detector, encoder=self.encoder, negation=True, linker_config={"top_k": self.top_k})
+        return default_pipeline(self.encoder, detector=self.detector)
+
+
+def linkers_of(nlp: Language) -> List[Any]:
+    """The pipeline's ``sapbert_linker`` components, in pipeline order (an error if it has none)."""
+    from .linker import SapBertLinker
+
+    found = [proc for _, proc in nlp.pipeline if isinstance(proc, SapBertLinker)]
+    if not found:
+        raise ValueError("the pipeline has no sapbert_linker component")
+    return found
+
+
+def span_records(doc: Doc, linkers: Sequence[Any]) -> List[Dict[str, Any]]:
+    """One JSON-ready dict per span that ``linkers`` link in ``doc``, by position (a KB is read only
+    when there is a span)."""
+    from spacy.tokens import Span
+
+    negation = Span.has_extension("negex")  # set by negspacy's negex when the pipeline has it
+    ents = {(e.start, e.end) for e in doc.ents}
+    out = []
+    for linker in linkers:
+        spans = linker.spans_to_link(doc)
+        kb = linker.linking_kb.kb if spans else None
+        for span in spans:
+            cui = span._.get(linker.cui_attr)
+            cands = span._.get(linker.candidates_attr) or []
+            top = cands[0] if cands else None
+            out.append(
+                {
+                    "text": span.text,
+                    "start_char": span.start_char,
+                    "end_char": span.end_char,
+                    "label": span.label_,
+                    "nested": (span.start, span.end) not in ents,  # a span-group mention overlapping an entity
+                    "cui": cui,
+                    "name": kb.concept_names[kb.row_of_concept(cui)] if cui else None,
+                    "matched_name": top[1] if top and cui else None,
+                    "score": round(top[2], 4) if top else None,
+                    "ambiguous": bool(top[3]) if top else False,
+                    "negated": bool(span._.negex) if negation else None,
+                    "candidates": [
+                        {"cui": c[0], "name": c[1], "score": round(c[2], 4), "ambiguous": bool(c[3])} for c in cands
+                    ],
+                }
+            )
+    return sorted(out, key=lambda r: (r["start_char"], r["end_char"]))
+
+
+def pipeline_fingerprint(nlp: Language) -> str:
+    """A hash of what decides the pipeline's output: its config, the weights of its trained components,
+    and each linker's KB, index, encoder, precision and threshold. A resumed run (or a cluster
+    worker) must have the same."""
+    h = hashlib.sha256(nlp.config.to_str().encode())
+    for name, proc in nlp.pipeline:
+        h.update(name.encode())
+        if hasattr(proc, "model") and hasattr(proc, "to_bytes"):
+            h.update(hashlib.sha256(proc.to_bytes(exclude=["vocab"])).digest())
+    for linker in linkers_of(nlp):
+        lkb = linker.linking_kb
+        described = [lkb.meta["kb_fingerprint"], lkb.index.meta, linker.encoder.fingerprint, linker.encoder.precision, linker.effective_threshold]
+        h.update(json.dumps(described, sort_keys=True).encode())
+    return h.hexdigest()[:32]
+
+
+def prepare_pipeline(
+    nlp: Language, max_chars: int, caches: Optional["MentionCaches"] = None, cache_size: Optional[int] = None
+) -> List[Any]:
+    """Ready ``nlp`` for ``link_documents`` and return its linkers: every component loads its data now
+    (before worker processes fork, and so that a broken pipeline fails before the first shard), texts
+    up to ``max_chars`` are allowed, the linkers' caches hold ``cache_size`` strings (None: their
+    setting) and start with what ``caches`` holds for them."""
+    nlp.max_length = max(nlp.max_length, max_chars)
+    nlp("")
+    linkers = linkers_of(nlp)
+    for linker in linkers:
+        linker.cache_size = cache_size or linker.cache_size
+    if caches is not None:
+        caches.load(linkers)
+    return linkers
+
+
+class MentionCaches:
+    """The linkers' mention caches in a folder (``<linker name>.mentions.json``), for one process:
+    loaded at the start, saved after each shard, merged with what another process sharing the
+    folder (a cluster worker) wrote there since this one last did; a lock keeps them in turn.
+
+    A local run saves a shard's cache before the shard is committed, so a run killed in between
+    resumes with the cache the uninterrupted run had: the same strings are encoded in the same
+    batches, and the output is the same bytes even where the encoder's vectors depend on their
+    batch (bf16)."""
+
+    def __init__(self, folder: PathLike):
+        self.folder = Path(folder)
+        self._written: Dict[str, Any] = {}  # the stamp of each file as this process last read or wrote it
+
+    def _path(self, linker: Any) -> Path:
+        return self.folder / f"{linker.name}.mentions.json"
+
+    def load(self, linkers: Sequence[Any]) -> None:
+        from .fileio import file_stamp
+
+        for linker in linkers:
+            path = self._path(linker)
+            if path.is_file():
+                linker.load_cache(path)
+                self._written[str(path)] = file_stamp(path)
+
+    def save(self, linkers: Sequence[Any]) -> None:
+        from filelock import FileLock
+
+        from .fileio import file_stamp
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for linker in linkers:
+            path = self._path(linker)
+            with FileLock(str(path) + ".lock"):
+                if path.is_file() and file_stamp(path) != self._written.get(str(path)):
+                    linker.load_cache(path)
+                linker.save_cache(path)
+                self._written[str(path)] = file_stamp(path)
+
+
+# ---------------------------------------------------------------------------- documents through the pipeline
+class DocumentError(Exception):
+    """A document that fails when it runs through the pipeline alone: ``str`` says where and why."""
+
+
+class _BatchFailures:
+    """The pipeline's error handler during ``link_documents``: a failing batch is dropped (its documents
+    are then run one at a time); while one runs alone, its error is raised with the component's name."""
+
+    def __init__(self) -> None:
+        self.raising = False
+
+    def __call__(self, name: str, proc: Any, docs: Any, e: Exception) -> None:
+        if self.raising and isinstance(e, DocumentError):
+            raise e
+        if self.raising:
+            raise DocumentError(f"{name}: {type(e).__name__}: {e}") from e
+
+
+def link_documents(
+    nlp: Language, docs: Iterable[InputDocument], *, n_process: int = 1, batch_size: int = 64, max_chars: int = DEFAULT_MAX_CHARS
+) -> Iterator[Tuple[InputDocument, Optional[Doc], Optional[str]]]:
+    """Each document with its annotated ``Doc``, or with None and why it failed, in input order.
+
+    Documents stream through ``nlp.pipe`` (``n_process`` as spaCy does it). A document the reader
+    could not read, or longer than ``max_chars``, never enters it. A batch that fails in a component
+    (spaCy's ``set_error_handler``), or an error that escapes the pipeline, drops only the documents
+    in flight: each runs again alone, and only one that fails alone is reported.
+    """
+    handler = _BatchFailures()
+    nlp.set_error_handler(handler)
+    stream = iter(docs)
+    while True:
+        pending: Deque[Tuple[Optional[int], InputDocument, Optional[str]]] = deque()
+        try:
+            for doc, n in nlp.pipe(_feed(stream, pending, max_chars), as_tuples=True, n_process=n_process, batch_size=batch_size):
+                while pending[0][0] != n:
+                    yield _alone(nlp, handler, *pending.popleft())
+                yield pending.popleft()[1], doc, None
+            finished = True
+        except Exception:
+            if not pending:  # nothing in flight: the pipeline itself is broken, not a document
+                raise
+            finished = False
+        while pending:
+            yield _alone(nlp, handler, *pending.popleft())
+        if finished:
+            return
+
+
+def _feed(stream: Iterator[InputDocument], pending: Deque, max_chars: int) -> Iterator[Tuple[str, int]]:
+    """``(text, n)`` of the readable documents of ``stream``; every document, readable or not, is
+    queued in ``pending`` first, with its number ``n`` or the reason it is not fed."""
+    for n, doc in enumerate(stream):
+        reason = _unreadable(doc, max_chars)
+        pending.append((None if reason else n, doc, reason))
+        if reason is None:
+            yield doc.text, n  # type: ignore[misc]
+
+
+def _unreadable(doc: InputDocument, max_chars: int) -> Optional[str]:
+    if doc.error is not None:
+        return doc.error.problem
+    if len(doc.text) > max_chars:  # type: ignore[arg-type]
+        return f"{len(doc.text):,} characters, more than the limit of {max_chars:,} (--max-chars)"  # type: ignore[arg-type]
+    return None
+
+
+def _alone(nlp: Language, handler: _BatchFailures, _n: Optional[int], doc: InputDocument, reason: Optional[str]):
+    """A document of ``pending`` settled: its reason, if it was never fed, else its run alone."""
+    if reason is not None:
+        return doc, None, reason
+    handler.raising = True
+    try:
+        return doc, nlp(doc.text), None
+    except Exception as e:
+        return doc, None, str(e) if isinstance(e, DocumentError) else f"{type(e).__name__}: {e}"
+    finally:
+        handler.raising = False
+
+
+# ---------------------------------------------------------------------------- shards
+@dataclass
+class Shard:
+    """One finished shard: its file's bytes and what the manifest records of it."""
+
+    index: int
+    data: bytes
+    docs: int
+    annotated: int
+    mentions: int
+    errors: List[Dict[str, Any]]
+    ids_sha256: str
+
+
+def _add_id(h: Any, doc: InputDocument) -> None:
+    h.update(json.dumps(doc.key, ensure_ascii=False).encode() + b"\n")
+
+
+def _one_line(text: str) -> str:
+    """Line breaks as spaces: a PubTator line holds the whole text, and its offsets stay valid."""
+    return re.sub(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029\t]", " ", text)
+
+
+def make_shard(
+    index: int, results: Iterable[Tuple[InputDocument, Optional[Doc], Optional[str]]], output_format: str,
+    linkers: Sequence[Any], progress: Any = None,
+) -> Shard:
+    """The shard of ``results`` (from ``link_documents``) in ``output_format``: JSONL records in
+    ``link --input``'s schema (``id``, the input's other fields, ``spans``), PubTator, or a spaCy
+    ``DocBin`` (``doc.user_data["id"]``, and ``["fields"]`` where there are any)."""
+    from spacy.tokens import DocBin
+
+    parts: List[bytes] = []
+    bin_ = DocBin(store_user_data=True) if output_format == "spacy" else None
+    errors: List[Dict[str, Any]] = []
+    ids = hashlib.sha256()
+    docs = mentions = 0
+    for item, doc, reason in results:
+        docs += 1
+        _add_id(ids, item)
+        records = span_records(doc, linkers) if doc is not None else []
+        mentions += len(records)
+        if progress is not None:
+            progress.add(1, len(records))
+        if doc is None:
+            errors.append({"id": item.key, **({"line": item.line} if item.line is not None else {}), "reason": reason})
+        elif bin_ is not None:
+            doc.user_data["id"] = item.key
+            if item.fields:
+                doc.user_data["fields"] = item.fields
+            bin_.add(doc)
+        elif output_format == "jsonl":
+            parts.append((json.dumps({"id": item.key, **item.fields, "spans": records}, ensure_ascii=False) + "\n").encode())
+        else:
+            parts.append(_pubtator(item, records).encode())
+    data = bin_.to_bytes() if bin_ is not None else b"".join(parts)
+    return Shard(index, data, docs, docs - len(errors), mentions, errors, ids.hexdigest())
+
+
+def _pubtator(item: InputDocument, records: List[Dict[str, Any]]) -> str:
+    text, cut = _one_line(item.text), item.title_end  # type: ignore[arg-type]
+    title, abstract = (text[:cut], text[cut + 1 :]) if cut is not None and text[cut : cut + 1] == " " else (text, "")
+    lines = [f"{item.key}|t|{title}", f"{item.key}|a|{abstract}"]
+    lines += [
+        f"{item.key}\t{r['start_char']}\t{r['end_char']}\t{_one_line(r['text'])}\t{r['label']}\t{r['cui'] or '-1'}" for r in records
+    ]
+    return "\n".join(lines) + "\n\n"
+
+
+def annotate_shard(
+    nlp: Language, linkers: Sequence[Any], index: int, docs: Sequence[InputDocument], output_format: str, *,
+    n_process: int = 1, batch_size: int = 64, max_chars: int = DEFAULT_MAX_CHARS, progress: Any = None,
+) -> Shard:
+    """One shard from its documents (a local run's step, a cluster worker's task), inside a spaCy
+    memory zone: the strings its documents add to the vocab are dropped with them, so a long run's
+    memory does not grow with the number of distinct words it meets. With ``n_process`` above 1,
+    spaCy forks its workers from the loaded pipeline for each shard."""
+    with nlp.memory_zone():
+        results = link_documents(nlp, docs, n_process=n_process, batch_size=batch_size, max_chars=max_chars)
+        return make_shard(index, results, output_format, linkers, progress)
+
+
+# ---------------------------------------------------------------------------- the output folder
+class OutputFolder:
+    """OUTPUT: its manifest, shards and errors file. Shards are committed in order whatever order they
+    finish in, so the folder's bytes never depend on it; the manifest lists the committed ones."""
+
+    def __init__(self, path: PathLike, run: Dict[str, Any], pipeline: Dict[str, Any], overwrite: bool = False):
+        self.path = Path(path)
+        self.run = run
+        manifest = self.path / MANIFEST
+        found = read_json(manifest) if manifest.is_file() else None
+        if found is not None and found.get("format") != FORMAT:
+            raise ValueError(f"{manifest} was not written by annotate")
+        if overwrite:
+            found = None
+        elif found is not None and found["run"] != run:
+            changed = ", ".join(f"{k}: {found['run'].get(k)!r} then, {run.get(k)!r} now" for k in run if found["run"].get(k) != run.get(k))
+            raise ValueError(f"{self.path} holds the output of another run ({changed}); resume it with its arguments, or pass --overwrite")
+        elif found is None and self.path.is_dir() and any(self.path.iterdir()):
+            raise ValueError(f"{self.path} is not empty and has no {MANIFEST}: choose a new output folder, or pass --overwrite")
+        self.path.mkdir(parents=True, exist_ok=True)
+        for p in self.path.iterdir():  # temporary files of a killed run; with --overwrite, the old output
+            if found is None and p.name == CACHE_FOLDER:
+                shutil.rmtree(p)
+            elif p.name.startswith(".") and p.name.endswith(".tmp") or (found is None and _OUR_FILES.match(p.name)):
+                p.unlink()
+        self.manifest: Dict[str, Any] = found or {"format": FORMAT, "version": VERSION, "run": run, "shards": [], "complete": False}
+        self.manifest["pipeline"] = pipeline
+        errors_end = self.shards[-1]["errors_end"] if self.shards else 0
+        with open(self.path / ERRORS, "ab") as f:  # back to what the finished shards wrote
+            f.truncate(errors_end)
+        self._waiting: Dict[int, Shard] = {}
+        write_json(manifest, self.manifest)
+
+    @property
+    def shards(self) -> List[Dict[str, Any]]:
+        return self.manifest["shards"]
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.manifest["complete"])
+
+    def skip_finished(self, docs: Iterator[InputDocument]) -> Iterator[InputDocument]:
+        """``docs`` after those of the finished shards, which are checked to be the same documents."""
+        size = self.run["shard_size"]
+        for entry in self.shards:
+            ids = hashlib.sha256()
+            n = 0
+            for doc in islice(docs, size):
+                _add_id(ids, doc)
+                n += 1
+            if (n, ids.hexdigest()) != (entry["docs"], entry["ids_sha256"]):
+                raise ValueError(f"{self.run['input']}: the documents of {entry['file']} are not those it was written from; the input changed")
+        return docs
+
+    def commit(self, shard: Shard) -> List[Dict[str, Any]]:
+        """Take a finished shard; write it and every shard it was the last one missing for, in order.
+        Returns the manifest entries written."""
+        self._waiting[shard.index] = shard
+        written = []
+        while len(self.shards) in self._waiting:
+            written.append(self._write(self._waiting.pop(len(self.shards))))
+        return written
+
+    def _write(self, shard: Shard) -> Dict[str, Any]:
+        name = f"part-{shard.index:05d}{OUTPUT_FORMATS[self.run['output_format']]}"
+        with atomic_open(self.path / name, "wb") as f:
+            f.write(shard.data)
+        with open(self.path / ERRORS, "ab") as f:
+            f.writelines((json.dumps(e, ensure_ascii=False) + "\n").encode() for e in shard.errors)
+            f.flush()
+            os.fsync(f.fileno())
+            errors_end = f.tell()
+        entry = {
+            "file": name, "docs": shard.docs, "annotated": shard.annotated, "errors": len(shard.errors),
+            "mentions": shard.mentions, "sha256": hashlib.sha256(shard.data).hexdigest(), "ids_sha256": shard.ids_sha256,
+            "errors_end": errors_end,
+        }
+        self.shards.append(entry)
+        write_json(self.path / MANIFEST, self.manifest)
+        return entry
+
+    def finish(self) -> None:
+        if self._waiting:
+            raise RuntimeError(f"shards {sorted(self._waiting)} finished but not the ones before them")
+        self.manifest["complete"] = True
+        write_json(self.path / MANIFEST, self.manifest)
+
+    def totals(self) -> Dict[str, int]:
+        return {k: sum(int(e[k]) for e in self.shards) for k in ("docs", "annotated", "errors", "mentions")}
