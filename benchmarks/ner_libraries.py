@@ -377,8 +377,10 @@ def _tests(install: Dict[str, object]) -> str:
     if not tests:
         return "not run"
     summary = str(tests.get("summary", "")).strip("= ")  # type: ignore[union-attr]
-    first = (tests.get("failures") or [""])[0]  # type: ignore[union-attr]
-    return f"{summary}" + (f" (first: `{first[:120]}`)" if tests.get("returncode") and first else "")  # type: ignore[union-attr]
+    failed = [line.split("::")[-1] for line in tests.get("failures") or [] if line.startswith("FAILED")]  # type: ignore[union-attr]
+    load = install.get("load_average")
+    return summary + (f"; failed: {', '.join(f'`{name}`' for name in failed)}" if failed else "") + (
+        f" (load average {load[0]})" if isinstance(load, list) else "")
 
 
 def _startup(install: Dict[str, object]) -> str:
@@ -423,7 +425,9 @@ def _run_row(name: str, rec: Dict[str, object]) -> str:
     if train.get("network_attempts"):
         offline = f"tried the network: {train['network_attempts']}"
     loaded = "–" if not dev else ("yes" if dev.get("ok") else _failure(dev))
-    loaded += " / " + ("–" if not package else "yes" if package.get("ok") and package.get("same_as_folder") else _failure(package))
+    needs = [r for r in package.get("requirements") or [] if not r.startswith("spacy>")]  # type: ignore[union-attr]
+    packaged = f"yes (requires {', '.join(needs)})" if needs else "yes"
+    loaded += " / " + ("–" if not package else packaged if package.get("ok") and package.get("same_as_folder") else _failure(package))
     pickled = dev.get("pickled_weights")
     weights = "–" if pickled is None else f"torch pickle in `{'`, `'.join(pickled)}`" if pickled else "no pickle"  # type: ignore[arg-type]
     weights += f", {_f(dev.get('model_mb'))} MB" if dev.get("model_mb") else ""

@@ -121,7 +121,7 @@ def test_table_shows_what_a_library_moves_and_why_a_run_failed(monkeypatch):
             "pip_check_returncode": 1, "pip_check": ["x 1.0 has requirement transformers>=5"],
             "startup_base": {"seconds": 0.5, "imported": []},
             "startup_with_library": {"seconds": 3.0, "imported": ["torch", "transformers"]},
-            "tests": {"returncode": 1, "summary": "1 failed, 2 passed", "failures": ["FAILED tests/test_x.py::test_y"]},
+            "tests": {"returncode": 1, "summary": "1 failed, 2 passed", "failures": ["E  assert 1", "FAILED tests/test_x.py::test_y"]},
         }},
         "runs": {"spacy-curated-transformers": {
             "budget_minutes": 5, "budget_clock": "cpu", "threads": 1,
@@ -132,6 +132,6 @@ def test_table_shows_what_a_library_moves_and_why_a_run_failed(monkeypatch):
     assert "transformers 5.24.0 → 4.53.2" in table
     assert "x 1.0 has requirement transformers>=5" in table
     assert "0.50 (nothing heavy) → 3.00 (torch, transformers)" in table
-    assert "`FAILED tests/test_x.py::test_y`" in table
+    assert "1 failed, 2 passed; failed: `test_y`" in table
     row = next(line for line in table.splitlines() if line.startswith("| spacy-curated-transformers |"))
     assert "5 CPU min" in row and "fails: `TypeError: only 0-dimensional arrays can be converted`" in row
