@@ -1,9 +1,11 @@
 """The benchmark scripts' own logic that the README's figures rest on."""
 import importlib.util
 import json
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from spacy_sapbert.kb import ConceptKB
 
@@ -113,3 +115,74 @@ def test_annotate_benchmark_corpus_is_every_distinct_abstract_once(monkeypatch, 
     assert [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()] == [
         "| 2 | 250 | 410 |", "| 3 | 750 | 420 |", "| 4 | 1,000 | 415 |"
     ]
+
+
+# ---------------------------------------------------------------------------- ner_libraries.py
+
+def test_step_speed_leaves_out_the_gaps_that_include_an_evaluation():
+    worker = _load("ner_libraries_worker")
+    # steps 0..4, evaluation after steps 0 and 2 (eval_frequency 2): those gaps (10 s) are left out
+    counted = {"at": [0.0, 10.0, 11.0, 21.0, 22.0], "cpu": [0.0, 5.0, 5.5, 10.5, 11.0], "words": [100, 200, 300, 400, 500]}
+    speed = worker.step_speed(counted, eval_frequency=2)
+    assert speed["steps"] == 5 and speed["words"] == 1500
+    assert speed["seconds_per_step"] == 1.0 and speed["cpu_seconds_per_step"] == 0.5  # gaps after steps 1 and 3
+    assert speed["words_per_second"] == (200 + 400) / 2.0
+    assert speed["words_per_cpu_second"] == (200 + 400) / 1.0
+
+
+def _busy(seconds: float) -> None:
+    started = time.process_time()
+    while time.process_time() - started < seconds:
+        pass
+
+
+def test_counting_batcher_counts_words_and_stops_at_the_cpu_budget(tmp_path):
+    worker = _load("ner_libraries_worker")
+    out = tmp_path / "steps.json"
+
+    def inner(items):
+        for item in items:
+            _busy(0.02)
+            yield [item]
+
+    docs = [["w"] * n for n in (3, 4, 5, 6)]
+    everything = list(worker.counting_batcher(inner, str(out))(docs))
+    assert len(everything) == 4 and json.loads(out.read_text())["words"] == [3, 4, 5, 6]
+    capped = list(worker.counting_batcher(inner, str(out), max_cpu_seconds=0.03)(docs))
+    assert 1 <= len(capped) < 4  # stopped once 0.03 CPU seconds were used
+    assert json.loads(out.read_text())["words"] == [3, 4, 5, 6][: len(capped)]
+
+
+def test_torch_pickles_are_told_from_other_weights(tmp_path):
+    worker = _load("ner_libraries_worker")
+    torch.save({"w": torch.zeros(2)}, tmp_path / "model.pt")
+    (tmp_path / "cfg.json").write_text("{}")
+    assert worker.is_torch_pickle(tmp_path / "model.pt")
+    assert not worker.is_torch_pickle(tmp_path / "cfg.json")
+
+
+def test_table_shows_what_a_library_moves_and_why_a_run_failed(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # ner_libraries.py imports readme_tables beside it
+    bench = _load("ner_libraries")
+    results = {
+        "machine": {"cpu": "test CPU", "nproc": 2},
+        "install": {"spacy-transformers": {
+            "versions": {"spacy-transformers": "1.4.0"}, "added_mb": 1.5, "base_site_packages_mb": 1900.0,
+            "added": {"spacy-transformers": "1.4.0"}, "changed": {"transformers": ["5.24.0", "4.53.2"]}, "removed": {},
+            "pip_check_returncode": 1, "pip_check": ["x 1.0 has requirement transformers>=5"],
+            "startup_base": {"seconds": 0.5, "imported": []},
+            "startup_with_library": {"seconds": 3.0, "imported": ["torch", "transformers"]},
+            "tests": {"returncode": 1, "summary": "1 failed, 2 passed", "failures": ["E  assert 1", "FAILED tests/test_x.py::test_y"]},
+        }},
+        "runs": {"spacy-curated-transformers": {
+            "budget_minutes": 5, "budget_clock": "cpu", "threads": 1,
+            "train": {"ok": False, "error": ["...", "TypeError: only 0-dimensional arrays can be converted"]},
+        }},
+    }
+    table = bench.render(results)
+    assert "transformers 5.24.0 → 4.53.2" in table
+    assert "x 1.0 has requirement transformers>=5" in table
+    assert "0.50 (nothing heavy) → 3.00 (torch, transformers)" in table
+    assert "1 failed, 2 passed; failed: `test_y`" in table
+    row = next(line for line in table.splitlines() if line.startswith("| spacy-curated-transformers |"))
+    assert "5 CPU min" in row and "fails: `TypeError: only 0-dimensional arrays can be converted`" in row

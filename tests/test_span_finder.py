@@ -299,9 +299,9 @@ def test_link_reports_negated_findings(kb_path, tiny_bert_path):
 def test_nested_mentions_in_a_span_group_the_linker_links(kb_path, tiny_bert_path):
     """build_pipeline(nested=...): doc.ents keeps the longest; the group keeps nested mentions, all of
     them or only those inside a coordination; the linker links the group; scoring counts it on request."""
-    from spacy_sapbert.shards import span_records
     from spacy_sapbert.evaluation.end_to_end import predicted_spans
     from spacy_sapbert.pipelines import NESTED_SPANS_KEY
+    from spacy_sapbert.shards import span_records
 
     text = "She had ovarian cancer. Breast and ovarian cancer ran in the family."
 
