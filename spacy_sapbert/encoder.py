@@ -25,7 +25,8 @@ PRECISIONS = ("auto", "fp32", "bf16", "int8")  # encoding
 TRAINING_PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # the trainer's autocast
 DEFAULT_ENCODER = "minilm"  # resolved by ``resolve_encoder_path``
 ENV_DEFAULT_ENCODER = "SPACY_SAPBERT_ENCODER"
-MIN_BATCH = 32  # names a batch holds before a longer name may start the next (``encode``)
+# ``encode`` pads each text to its token count rounded up to this: its vector then depends on it alone
+PAD_MULTIPLE = 4
 WINDOW_BATCHES = 8  # batches' worth of names tokenised at once (``encode``): bounded memory
 
 
@@ -332,10 +333,12 @@ class SapEncoder:
     def encode(self, texts: Sequence[str], batch_size: int = 128, progress: bool = False) -> np.ndarray:
         """Encode ``texts`` to an (n, dim) float32 array, in input order.
 
-        Texts are sorted by length so each batch pads to a similar length (about 2x faster
-        than padding to ``max_length``), and a batch ends where the token count grows, once it
-        holds ``MIN_BATCH`` names: a forward pass costs what its longest name costs for every
-        name in it. The order is restored at the end.
+        Each text is padded to its own token count rounded up to ``PAD_MULTIPLE`` (``pad_width``),
+        and texts of one width are encoded together, ``batch_size`` at a time. A text's vector then
+        depends on the text alone, not on what else is in the call: the matrix kernels give each
+        row the same result for the same width whatever the other rows (checked bit for bit in
+        ``tests/test_encoder_kb_index.py``), so one process or several, a resumed run or a cluster
+        give identical output. The order is restored at the end.
         """
         n = len(texts)
         out = np.zeros((n, self.dim), dtype=np.float32)
@@ -344,7 +347,7 @@ class SapEncoder:
         model = self._model_for_inference()
         model.eval()
         order = sorted(range(n), key=lambda i: len(texts[i]))
-        window = batch_size * WINDOW_BATCHES  # tokenised together, then cut into batches by token count
+        window = batch_size * WINDOW_BATCHES  # tokenised together, then cut into batches of one width
         bar = None
         if progress:
             from tqdm import tqdm
@@ -353,26 +356,31 @@ class SapEncoder:
         for start in range(0, n, window):
             idx = order[start : start + window]
             tokens = self.tokenize([texts[i] for i in idx])
-            lengths = tokens["attention_mask"].sum(1)
-            by_length = torch.argsort(lengths, stable=True)
-            for part in length_batches(lengths[by_length].tolist(), batch_size, MIN_BATCH):
-                rows = by_length[part]
-                width = tokens["input_ids"].shape[1] if self.pad_to_max_length else int(lengths[rows].max())
-                vecs = self.forward({k: v[rows, :width] for k, v in tokens.items()}, model)
-                out[[idx[i] for i in rows.tolist()]] = vecs.float().cpu().numpy()
+            widths = [self.pad_width(int(w), tokens["input_ids"].shape[1]) for w in tokens["attention_mask"].sum(1)]
+            tokens = {k: torch.nn.functional.pad(v, (0, max(widths) - v.shape[1])) for k, v in tokens.items()}
+            by_width = sorted(range(len(idx)), key=lambda i: widths[i])
+            for part in width_batches([widths[i] for i in by_width], batch_size):
+                rows = by_width[part]
+                vecs = self.forward({k: v[rows, : widths[rows[0]]] for k, v in tokens.items()}, model)
+                out[[idx[i] for i in rows]] = vecs.float().cpu().numpy()
             if bar is not None:
                 bar.update(len(idx))
         if bar is not None:
             bar.close()
         return out
 
+    def pad_width(self, length: int, padded: int) -> int:
+        """The width a text of ``length`` tokens is encoded at: ``length`` rounded up to
+        ``PAD_MULTIPLE`` (with ``pad_to_max_length``, the untuned path: ``max_length``)."""
+        if self.pad_to_max_length:
+            return max(padded, self.settings.max_length)
+        return -(-length // PAD_MULTIPLE) * PAD_MULTIPLE
 
-def length_batches(lengths: Sequence[int], batch_size: int, min_batch: int) -> Iterable[slice]:
-    """Slices of ``lengths`` (sorted ascending) into batches of at most ``batch_size``, each ending
-    where the length grows once it holds ``min_batch``: little padding, few tiny batches."""
+
+def width_batches(widths: Sequence[int], batch_size: int) -> Iterable[slice]:
+    """Slices of ``widths`` (sorted ascending) into batches of one width and at most ``batch_size``."""
     start = 0
-    for i in range(1, len(lengths) + 1):
-        if i == len(lengths) or i - start == batch_size or (lengths[i] > lengths[i - 1] and i - start >= min_batch):
+    for i in range(1, len(widths) + 1):
+        if i == len(widths) or i - start == batch_size or widths[i] != widths[start]:
             yield slice(start, i)
             start = i
-

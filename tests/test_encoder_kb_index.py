@@ -30,6 +30,22 @@ def test_encoder_outputs_unit_vectors_in_input_order(tiny_encoder):
     np.testing.assert_allclose(single[0], vecs[1], atol=1e-5)  # dynamic padding does not change vectors
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_names_vector_does_not_depend_on_what_else_is_encoded(tiny_bert_path, precision):
+    """Bit for bit: alone, among others, in other batch sizes (what --n-process, resume and a cluster need)."""
+    from spacy_sapbert.encoder import SapEncoder, native_bf16
+
+    if precision == "bf16" and not native_bf16(torch.device("cpu")):
+        pytest.skip("bf16 is emulated on this CPU; the encoder's auto precision keeps fp32 here")
+    encoder = SapEncoder.load(tiny_bert_path, device="cpu", precision=precision)
+    names = ["breast cancer", "iron deficiency anemia", "fever", "renal failure disease syndrome", "asthma", "cancer"]
+    together = encoder.encode(names, batch_size=4)
+    for i, name in enumerate(names):
+        assert (encoder.encode([name])[0] == together[i]).all(), name
+    assert (encoder.encode(names[::-1], batch_size=2)[::-1] == together).all()
+    assert encoder.pad_width(5, 9) == 8 and encoder.pad_width(8, 9) == 8
+
+
 def test_encoder_truncates_long_names_and_handles_empty_input(tiny_encoder):
     long = " ".join(["insulin dependent diabetes"] * 40)
     batch = tiny_encoder.tokenize([long])
