@@ -29,7 +29,7 @@ from spacy.util import minibatch
 from torch import nn
 
 from .bert import TOKENIZER_FILE, BertEncoder, load_bert, read_bert_config
-from .encoder import DEFAULT_ENCODER, inference_copy, resolve_encoder_path, resolve_precision, select_device
+from .encoder import DEFAULT_ENCODER, inference_copy, resolve_encoder_path, resolve_precision, select_device, width_batches
 from .fileio import atomic_path, folder_from_bytes, folder_to_bytes, read_json, write_json
 
 TAGGER_FILE = "tagger.json"
@@ -39,6 +39,7 @@ TAGGER_FORMAT = "spacy-sapbert-tagger-v1"
 BYTES_FORMAT = "spacy-sapbert-tagger-bytes-v1"
 WORD_EMBEDDINGS = "bert.embeddings.word_embeddings.weight"
 OUTSIDE = "O"
+PAD_MULTIPLE = 16  # windows are padded to their length rounded up to this (``tag_scores``)
 TagSpan = Tuple[int, int, str]  # token start, token end, label
 
 
@@ -330,9 +331,9 @@ class TransformerTagger(Pipe):
             out.extend(doc_windows(i, enc.ids, first, self.max_length - 2, self.overlap, cls_id, sep_id))
         return out
 
-    def batch_tensors(self, windows: Sequence[Window]) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Input ids and attention mask of ``windows``, padded to the longest."""
-        length = max(len(w.ids) for w in windows)
+    def batch_tensors(self, windows: Sequence[Window], width: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Input ids and attention mask of ``windows``, padded to ``width`` (default: the longest)."""
+        length = width or max(len(w.ids) for w in windows)
         ids = torch.full((len(windows), length), self._special[2], dtype=torch.long)
         mask = torch.zeros((len(windows), length), dtype=torch.long)
         for b, w in enumerate(windows):
@@ -362,10 +363,13 @@ class TransformerTagger(Pipe):
         model.eval()
         windows = self.windows(docs)
         scores = [np.full((len(doc), len(self.tags)), np.nan, dtype=np.float32) for doc in docs]
+        # each window padded to its own length rounded up to PAD_MULTIPLE, batched with windows of that
+        # width: its scores then depend on it alone, whatever docs share the batch (see SapEncoder.encode)
         windows.sort(key=lambda w: len(w.ids))
-        for start in range(0, len(windows), self.batch_size):
-            batch = windows[start : start + self.batch_size]
-            logp = torch.log_softmax(model(*self.batch_tensors(batch)).float(), dim=-1).cpu().numpy()
+        widths = [-(-len(w.ids) // PAD_MULTIPLE) * PAD_MULTIPLE for w in windows]
+        for part in width_batches(widths, self.batch_size):
+            batch = windows[part]
+            logp = torch.log_softmax(model(*self.batch_tensors(batch, widths[part.start])).float(), dim=-1).cpu().numpy()
             for b, w in enumerate(batch):
                 scores[w.doc][w.tokens] = logp[b, w.rows]
         return scores

@@ -97,6 +97,21 @@ def test_an_entity_across_a_window_edge_is_whole(tiny_bert_path):
     assert len(tagger.windows([doc])) == 1 and _ents(nlp(text)) == [("breast cancer", "Disease")]
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_docs_entities_do_not_depend_on_the_docs_beside_it(tiny_bert_path, precision):
+    """Tag scores bit for bit the same alone or in a batch of other docs (n_process, cluster runs)."""
+    from spacy_sapbert.encoder import native_bf16
+
+    if precision == "bf16" and not native_bf16(torch.device("cpu")):
+        pytest.skip("bf16 is emulated on this CPU; auto precision keeps fp32 here")
+    nlp = _tagger_nlp(tiny_bert_path, max_length=16, overlap=4, batch_size=3, precision=precision)
+    tagger = nlp.get_pipe("sapbert_ner")
+    docs = [nlp.make_doc(t) for t in (TEXT, "Fever.", "Breast cancer and renal failure; headache " * 3, "Asthma and seizure.")]
+    together = tagger.tag_scores(docs)
+    for doc, scores in zip(docs, together):
+        assert np.array_equal(tagger.tag_scores([doc])[0], scores, equal_nan=True)
+
+
 def test_labels_come_from_examples_or_are_required(tiny_bert_path):
     nlp = spacy.blank("en")
     tagger = nlp.add_pipe("sapbert_ner", config={"encoder": str(tiny_bert_path)})
