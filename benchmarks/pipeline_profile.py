@@ -8,7 +8,8 @@ first ``--limit`` of them. Pipelines, each in a fresh process with torch and FAI
 
 * ``hpo``: the embedded default (``default_pipeline()``: the span finder over the HPO KB);
 * ``ner``: ``build_pipeline({"Disease": MEDIC, "Chemical": MeSH-2024}, "ner", negation=True)``;
-* ``ner-alone``: the shipped NER by itself (``spacy.load`` of the folder the ``ner`` detector loads).
+* ``ner-alone``: the shipped NER by itself (``spacy.load`` of the folder the ``ner`` detector loads);
+* ``ner-trf``, ``ner-trf-alone``: the same with the transformer NER (checkouts without it skip them).
 
 For each: seconds per component (the tokenizer, then each pipe over all the docs, its caches empty:
 wall and CPU), and inside them the encoder, the vector search and the span finder's proposals;
@@ -47,7 +48,7 @@ CORPUS_FILES = (
     "ncbi-disease/NCBItrainset_corpus.txt", "ncbi-disease/NCBIdevelopset_corpus.txt", "ncbi-disease/NCBItestset_corpus.txt",
     "bc5cdr/CDR_TrainingSet.PubTator.txt", "bc5cdr/CDR_DevelopmentSet.PubTator.txt", "bc5cdr/CDR_TestSet.PubTator.txt",
 )
-PIPELINES = ("hpo", "ner", "ner-alone")
+PIPELINES = ("hpo", "ner", "ner-alone", "ner-trf", "ner-trf-alone")
 # What is timed inside the components, where the code has it: (label, module, class, method, whether
 # to count the items of the first argument (names encoded, queries searched) rather than the calls).
 INNER = (
@@ -125,11 +126,12 @@ def build(request: Dict[str, Any]):
         from spacy_sapbert.defaults import default_pipeline
 
         return default_pipeline(progress=False)
-    from spacy_sapbert.pipelines import SHIPPED_NER, build_pipeline
+    from spacy_sapbert import pipelines
 
-    if request["pipeline"] == "ner-alone":
-        return spacy.load(SHIPPED_NER)
-    return build_pipeline({"Disease": request["medic"], "Chemical": request["mesh"]}, "ner", negation=True)
+    detector = request["pipeline"].replace("-alone", "")
+    if request["pipeline"].endswith("-alone"):
+        return spacy.load(pipelines.SHIPPED_NERS[detector] if hasattr(pipelines, "SHIPPED_NERS") else pipelines.SHIPPED_NER)
+    return pipelines.build_pipeline({"Disease": request["medic"], "Chemical": request["mesh"]}, detector, negation=True)
 
 
 def stage_times(nlp, texts: Sequence[str], timers: Timers) -> Dict[str, Any]:
@@ -382,11 +384,13 @@ def ratios(r: Dict[str, Any]) -> Dict[str, str]:
     for code in ("before", "after"):
         runs = r["runs"].get(code, {})
         for n in r["processes"]:
-            hpo, ner, alone = (_rate(runs.get(p, {}), n) for p in ("hpo", "ner", "ner-alone"))
+            hpo = _rate(runs.get("hpo", {}), n)
             if hpo and r.get("fasthpocr"):
                 out[f"hpo / FastHPOCR (1 process), {code}, {n} process(es)"] = f"{hpo / r['fasthpocr']['abstracts_per_s']:.2f}"
-            if ner and alone:
-                out[f"ner / NER alone, {code}, {n} process(es)"] = f"{ner / alone:.2f}"
+            for detector in ("ner", "ner-trf"):
+                ner, alone = _rate(runs.get(detector, {}), n), _rate(runs.get(f"{detector}-alone", {}), n)
+                if ner and alone:
+                    out[f"{detector} / its NER alone, {code}, {n} process(es)"] = f"{ner / alone:.2f}"
     return out
 
 
@@ -434,6 +438,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     encoded: List[str] = []
     for code, folder in codes.items():
         for name in args.pipelines:
+            if name.startswith("ner-trf") and not (folder / "spacy_sapbert" / "tagger.py").is_file():
+                continue  # a checkout from before the transformer NER
             run = run_worker(folder, {**base, "pipeline": name})
             names = run.pop("encoded")
             if code == "after":

@@ -66,6 +66,18 @@ def render(results: Path) -> str:
         rows += linking_rows(evaluation)
     if end_to_end:
         rows += end_to_end_rows(end_to_end)
+    ner = _read(results / "ner_detectors.json")
+    if ner:
+        for name, row in ner["detectors"].items():  # type: ignore[union-attr]
+            t = row["test"]
+            speeds = ", ".join(f"{v['abstracts_per_s']} abstracts/s on {k} thread(s)" for k, v in row["speed"].items())
+            rows.append(f"| NER `{name}`, test F (NCBI Disease / BC5CDR Chemical / BC5CDR Disease) | {t['ncbi']['Disease']['f']} / "
+                        f"{t['cdr']['Chemical']['f']} / {t['cdr']['Disease']['f']}; {speeds} ({ner['machine']['cpu']}) | The two NERs |")  # type: ignore[index]
+    hpo = _read(results / "hpo_default.json")
+    if hpo and hpo.get("shipped_on_dev"):
+        shipped = hpo["shipped_on_dev"]
+        rows.append(f"| HPO default on GSC+ dev (nested mentions counted) | link F1 {shipped['link_f1']:.3f}, mention F1 "  # type: ignore[index]
+                    f"{shipped['mention_f1']:.3f}; entities only: link F1 {shipped['ents_only']['link_f1']:.3f} | The default HPO pipeline's detector |")  # type: ignore[index]
     if speed:
         rows.append(
             f"| linking speed, gold spans in `nlp.pipe` (MEDIC KB, {speed['machine']['cpu']}) | {speed['mentions_per_s']} "  # type: ignore[index]

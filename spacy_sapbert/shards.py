@@ -142,9 +142,7 @@ class MentionCaches:
     folder (a cluster worker) wrote there since this one last did; a lock keeps them in turn.
 
     A local run saves a shard's cache before the shard is committed, so a run killed in between
-    resumes with the cache the uninterrupted run had: the same strings are encoded in the same
-    batches, and the output is the same bytes even where the encoder's vectors depend on their
-    batch (bf16)."""
+    resumes with the cache the uninterrupted run had."""
 
     def __init__(self, folder: PathLike):
         self.folder = Path(folder)

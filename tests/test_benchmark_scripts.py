@@ -93,8 +93,8 @@ def test_pipeline_profile_ratios_compare_runs_of_the_same_run(monkeypatch):
     result = {"processes": [1, 2], "fasthpocr": {"abstracts_per_s": 1000.0},
               "runs": {"after": {"hpo": run(400.0, 700.0), "ner": run(40.0, 70.0), "ner-alone": run(50.0, 100.0)}}}
     assert profile.ratios(result) == {
-        "hpo / FastHPOCR (1 process), after, 1 process(es)": "0.40", "ner / NER alone, after, 1 process(es)": "0.80",
-        "hpo / FastHPOCR (1 process), after, 2 process(es)": "0.70", "ner / NER alone, after, 2 process(es)": "0.70",
+        "hpo / FastHPOCR (1 process), after, 1 process(es)": "0.40", "ner / its NER alone, after, 1 process(es)": "0.80",
+        "hpo / FastHPOCR (1 process), after, 2 process(es)": "0.70", "ner / its NER alone, after, 2 process(es)": "0.70",
     }
 
 
