@@ -52,7 +52,8 @@ def end_to_end_rows(end_to_end: Dict[str, object]) -> List[str]:
             mine = [r for r in results if r["dataset"] == dataset and r["dictionary"] == dictionary]
             if mine:
                 best = max(mine, key=lambda r: r["link_f1"])
-                cells.append(f"{best['link_f1']} ({best['detector']}, {label})")
+                tuned = f", NIL threshold {best['threshold_chosen_on_dev']} chosen on dev" if "threshold_chosen_on_dev" in best else ""
+                cells.append(f"{best['link_f1']} ({best['detector']}{tuned}, {label})")
         if cells:
             rows.append(f"| raw text to concepts, {dataset} | link F1 " + "; ".join(cells) + " | End-to-end |")
     return rows

@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import typer
 from typer.core import TyperGroup
 
-from .fileio import atomic_open
+from .fileio import atomic_dir, atomic_open
 from .records import InputError
 
 USER_ERRORS = (ValueError, OSError, RuntimeError)  # bad input, paths, settings; InputError is a ValueError
@@ -300,7 +300,8 @@ def build_pipeline_command(
         raise typer.BadParameter("give one KB folder, or LABEL=FOLDER for every KB")
     nlp = build_pipeline(kbs, detector, encoder=encoder, label=label, negation=negation, abbreviations=abbreviations)
     nlp.meta.update({"name": name, "version": version})
-    nlp.to_disk(output)
+    with atomic_dir(output) as folder:  # parents made; a failed save leaves the old folder whole
+        nlp.to_disk(folder)
     typer.echo(f"wrote {output}: {' -> '.join(nlp.pipe_names)}", err=True)
 
 

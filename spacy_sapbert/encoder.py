@@ -25,7 +25,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "int8")  # encoding
 TRAINING_PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # the trainer's autocast
 DEFAULT_ENCODER = "minilm"  # resolved by ``resolve_encoder_path``
 ENV_DEFAULT_ENCODER = "SPACY_SAPBERT_ENCODER"
-# ``encode`` pads each text to its token count rounded up to this: its vector then depends on it alone
+# ``encode`` pads each text to its token count rounded up to this, never to the other texts of its call
 PAD_MULTIPLE = 4
 WINDOW_BATCHES = 8  # batches' worth of names tokenised at once (``encode``): bounded memory
 
@@ -334,11 +334,11 @@ class SapEncoder:
         """Encode ``texts`` to an (n, dim) float32 array, in input order.
 
         Each text is padded to its own token count rounded up to ``PAD_MULTIPLE`` (``pad_width``),
-        and texts of one width are encoded together, ``batch_size`` at a time. A text's vector then
-        depends on the text alone, not on what else is in the call: the matrix kernels give each
-        row the same result for the same width whatever the other rows (checked bit for bit in
-        ``tests/test_encoder_kb_index.py``), so one process or several, a resumed run or a cluster
-        give identical output. The order is restored at the end.
+        and texts of one width are encoded together, ``batch_size`` at a time, so that padding never
+        depends on the other texts of the call. For small models that makes a text's vector depend
+        on the text alone, bit for bit (``tests/test_encoder_kb_index.py``). For MiniLM-sized
+        products, the CPU's kernels are chosen by the product's size and can still move a row's
+        last bits. The order is restored at the end.
         """
         n = len(texts)
         out = np.zeros((n, self.dim), dtype=np.float32)

@@ -194,6 +194,18 @@ class _BatchFailures:
             raise DocumentError(f"{name}: {type(e).__name__}: {e}") from e
 
 
+def _set_error_handler(nlp: Language, handler: _BatchFailures) -> None:
+    """``nlp.set_error_handler`` for the components that can hold a handler. spaCy 3.8's compiled
+    NER and parser cannot (``Language.set_error_handler`` raises AttributeError on them); their
+    errors escape ``nlp.pipe`` and are caught there, with the same outcome."""
+    nlp.default_error_handler = handler
+    for _, pipe in nlp.pipeline:
+        try:
+            pipe.set_error_handler(handler)
+        except AttributeError:
+            pass
+
+
 def link_documents(
     nlp: Language, docs: Iterable[InputDocument], *, n_process: int = 1, batch_size: int = 64, max_chars: int = DEFAULT_MAX_CHARS
 ) -> Iterator[Tuple[InputDocument, Optional[Doc], Optional[str]]]:
@@ -205,7 +217,7 @@ def link_documents(
     in flight: each runs again alone, and only one that fails alone is reported.
     """
     handler = _BatchFailures()
-    nlp.set_error_handler(handler)
+    _set_error_handler(nlp, handler)
     stream = iter(docs)
     while True:
         pending: Deque[Tuple[Optional[int], InputDocument, Optional[str]]] = deque()

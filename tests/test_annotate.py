@@ -15,6 +15,7 @@ from typing import Dict, List
 
 import pytest
 from spacy.language import Language
+from spacy.training import Example
 from typer.testing import CliRunner
 
 from spacy_sapbert.annotate import annotate
@@ -307,6 +308,20 @@ def test_link_documents_keeps_input_order_around_failures(tmp_path, kb):
     docs = [InputDocument(i, t) for i, t in enumerate(["fever", "BOOM", "fits", "x" * 2000, "BOOM"])]
     out = [(d.id, doc is not None, reason) for d, doc, reason in link_documents(nlp, docs, batch_size=2, max_chars=1000)]
     assert [o[:2] for o in out] == [(0, True), (1, False), (2, True), (3, False), (4, False)]
+
+
+def test_a_pipeline_with_spacys_compiled_ner_is_annotated(kb):
+    """spaCy's own NER (the shipped ``ner`` detector's) cannot hold an error handler: Language.set_error_handler
+    raises on it. Its documents are annotated all the same, and a failing one is still reported alone."""
+    nlp = PipelineSpec(kb=str(kb), detector="ruler").load()
+    ner = nlp.add_pipe("ner", before="sapbert_linker")
+    example = Example.from_dict(nlp.make_doc("fever"), {"entities": [(0, 5, "Disease")]})
+    ner.initialize(lambda: [example], nlp=nlp)
+    nlp.add_pipe("annotate_test_boom")
+    prepare_pipeline(nlp, 1000)
+    docs = [InputDocument(i, t) for i, t in enumerate(["fever", "BOOM", "fits"])]
+    out = [(d.id, doc is not None, reason) for d, doc, reason in link_documents(nlp, docs, batch_size=2)]
+    assert out == [(0, True, None), (1, False, "annotate_test_boom: ValueError: this document breaks the component"), (2, True, None)]
 
 
 # ---------------------------------------------------------------------------- a local Dask cluster

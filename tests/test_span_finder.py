@@ -268,7 +268,7 @@ def test_build_pipeline_command_saves_a_loadable_pipeline(kb_path, tiny_bert_pat
 
     from spacy_sapbert.cli import app
 
-    out = tmp_path / "pipeline"
+    out = tmp_path / "pipelines" / "mine"  # its parent does not exist yet
     args = ["build-pipeline", str(out), "--kb", str(kb_path), "--detector", "span_finder", "--encoder", str(tiny_bert_path),
             "--label", "DISEASE", "--name", "tiny", "--version", "1.2.3"]
     result = CliRunner().invoke(app, args)
