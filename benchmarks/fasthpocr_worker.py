@@ -29,8 +29,8 @@ def linear_cluster_lists() -> None:
 
     ``CRIndexKB.compileClusterList(cluster_id, base_clusters)`` scans the whole bundled vocabulary
     (about 280k cluster lines) once per cluster of the index, which did not finish in 10 minutes
-    for HPO here; this
-    answers it from one inverted pass over the same dict, in the same (insertion) order."""
+    for HPO here; this answers it from one inverted pass over the same dict, in the same
+    (insertion) order."""
     from FastHPOCR.cr.CRIndexKB import CRIndexKB
 
     inverted: dict = {}
