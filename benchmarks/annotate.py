@@ -1,6 +1,6 @@
 """``annotate`` as users run it, over the NCBI-disease + BC5CDR abstracts: speed and memory per process.
 
-    python benchmarks/annotate.py [--pipelines default pipelines/bc5cdr] [--modes 1 2 dask cache-fill cached]
+    python benchmarks/annotate.py [--pipelines default pipelines/bc5cdr] [--modes 1t 1 2 dask cache-fill cached]
                                   [--limit N] [--memory-repeat 50] [--merge] [--output JSON] [--no-render] [--render-only]
 
 1. The corpus: every split of NCBI-disease and BC5CDR, title + abstract, one JSONL line per distinct
@@ -8,13 +8,16 @@
 2. For each pipeline (``default``: the embedded HPO default; otherwise a saved pipeline folder, e.g.
    ``pipelines/bc5cdr`` from ``spacy project run build-pipelines``, or a later ``pipelines/bc5cdr-trf``)
    and each mode, a fresh process runs ``spacy_sapbert.annotate.annotate`` (what the CLI runs):
+   ``1t``: one process, torch and FAISS on one thread (the output the others are checked against: torch's
+   results depend on its thread count, so only runs whose processes all use one thread can match it);
    ``1``: one process (torch and FAISS on every core); ``2``: ``n_process=2`` (one thread each);
    ``dask``: a local Dask cluster of two one-thread workers, started in that process;
    ``cache-fill``: one process keeping the mention cache (``--cache-dir``), then ``cached``: one
    process again, starting from that cache. Documents/s and mentions/s count from the moment the
    pipeline is loaded (on every worker, for Dask) to the last shard written; the wall time with
    loading is recorded too. Peak RSS (``machine.peak_rss_mb``) of the driver and of each worker process is
-   sampled from ``/proc`` every 0.25 s; each run's shard checksums are compared with the 1-process run's.
+   sampled from ``/proc`` every 0.25 s; each run's shard checksums are compared with the first run's
+   (``1t`` by default).
 3. ``--memory-repeat N`` (0: skip): the abstracts N times with new ids, one process, the first
    pipeline; the driver's resident memory and the documents written are sampled every second.
 Writes ``benchmarks/results/annotate.json`` and the ANNOTATE and ANNOTATE-MEMORY blocks of
@@ -44,8 +47,8 @@ from spacy_sapbert.machine import machine_description, peak_rss_mb
 OUT = Path("benchmarks/results/annotate.json")
 WORK = Path("corpus/cache/annotate")
 README, BENCH_README = Path("README.md"), Path("benchmarks/README.md")
-MODES = ("1", "2", "dask", "cache-fill", "cached")
-MODE_LABELS = {"1": "1 process", "2": "2 processes", "dask": "Dask, 2 workers", "cache-fill": "1 process, keeping the cache",
+MODES = ("1t", "1", "2", "dask", "cache-fill", "cached")
+MODE_LABELS = {"1t": "1 process, 1 thread", "1": "1 process", "2": "2 processes", "dask": "Dask, 2 workers", "cache-fill": "1 process, keeping the cache",
                "cached": "1 process, cache from the previous run"}
 CORPORA = {"ncbi-disease": "ncbi-disease", "bc5cdr": "bc5cdr-disease"}  # BC5CDR's chemical and disease share the abstracts
 SHARD_SIZE = 250
@@ -160,7 +163,9 @@ def measure_pipeline(name: str, modes: Sequence[str], corpus: Path, tmp: Path) -
     for mode in modes:
         args = {**base, "output": str(tmp / f"out-{Path(name).name}-{mode}")}
         threads = None
-        if mode == "2":
+        if mode == "1t":  # torch on 1 thread, as in each worker of "2" and "dask"; "1" and the cache runs use every core
+            threads = 1
+        elif mode == "2":
             args["n_process"], threads = 2, 1
         elif mode == "dask":  # Dask gives its workers one thread (OMP_NUM_THREADS=1); the driver too
             args["dask_workers"], threads = 2, 1
@@ -169,10 +174,10 @@ def measure_pipeline(name: str, modes: Sequence[str], corpus: Path, tmp: Path) -
         print(f"{name}: {MODE_LABELS[mode]} ...", file=sys.stderr, flush=True)
         runs.append({"pipeline": "hpo-default" if name == "default" else Path(name).name, "mode": mode, **run_annotate(args, threads)})
         checksums = [shard["sha256"] for shard in read_json(Path(args["output"]) / "manifest.json")["shards"]]
-        if mode == "1":
+        if mode == modes[0]:
             reference = checksums
-        elif "1" in modes[: modes.index(mode)]:
-            runs[-1]["same_output_as_1_process"] = checksums == reference
+        else:
+            runs[-1]["same_output_as_first_run"] = checksums == reference
         print(f"  {runs[-1]['docs_per_s']} docs/s, {runs[-1]['mentions_per_s']} mentions/s", file=sys.stderr, flush=True)
     return runs
 
@@ -204,9 +209,9 @@ def render(result: Optional[Dict[str, Any]]) -> Dict[str, str]:
         f"and BC5CDR {corpus['per_corpus']['bc5cdr']:,} distinct PMIDs, {corpus['shared_pmids']} shared), shards of {result['shard_size']}."
     )
     lines = [head, "", "| pipeline | run | docs/s | mentions/s | wall s with loading | peak RSS MB: driver (workers) | "
-             "output = 1 process's | load avg before |", "|---|---|--:|--:|--:|---|---|--:|"]
+             "output = the first run's | load avg before |", "|---|---|--:|--:|--:|---|---|--:|"]
     for r in result["runs"]:
-        same = {True: "yes", False: "**no**", None: ""}[r.get("same_output_as_1_process")]
+        same = {True: "yes", False: "**no**", None: ""}[r.get("same_output_as_first_run")]
         lines.append(
             f"| {r['pipeline']} | {MODE_LABELS[r['mode']]} | {r['docs_per_s']:,.1f} | {r['mentions_per_s']:,.1f} | "
             f"{r['wall_s_with_loading']:,.1f} | {_rss(r['peak_rss_mb'])} | {same} | {r['load_average_1min_before']} |"

@@ -182,6 +182,9 @@ class SapEncoder:
         self.source = source
         self.model = model.to(self.device)
         self.pad_to_max_length = False  # only to measure what dynamic padding saves
+        # None: each pass holds up to ``batch_size`` texts of one width. N: every pass holds exactly N
+        # (``fixed_passes``), so a text's vector no longer depends on the other texts of the call.
+        self.pass_rows: Optional[int] = None
         self._fingerprint: Optional[str] = None
         self._inference_model: Optional[torch.nn.Module] = None
         self._inference_key: Optional[Tuple[int, int]] = None
@@ -335,10 +338,13 @@ class SapEncoder:
 
         Each text is padded to its own token count rounded up to ``PAD_MULTIPLE`` (``pad_width``),
         and texts of one width are encoded together, ``batch_size`` at a time, so that padding never
-        depends on the other texts of the call. For small models that makes a text's vector depend
-        on the text alone, bit for bit (``tests/test_encoder_kb_index.py``). For MiniLM-sized
-        products, the CPU's kernels are chosen by the product's size and can still move a row's
-        last bits. The order is restored at the end.
+        depends on the other texts of the call. The CPU's matrix kernels are chosen by the size of
+        the whole product, though, so with MiniLM a row's last bits can still move with the number
+        of rows beside it. With ``pass_rows`` set, every pass holds exactly that many texts (see
+        ``fixed_passes``), and a text's vector depends on the text alone, bit for bit
+        (``tests/test_encoder_kb_index.py``, MiniLM included); ``annotate`` sets it so that one
+        process, several, a resumed run or a cluster give identical output. The order is
+        restored at the end.
         """
         n = len(texts)
         out = np.zeros((n, self.dim), dtype=np.float32)
@@ -359,9 +365,10 @@ class SapEncoder:
             widths = [self.pad_width(int(w), tokens["input_ids"].shape[1]) for w in tokens["attention_mask"].sum(1)]
             tokens = {k: torch.nn.functional.pad(v, (0, max(widths) - v.shape[1])) for k, v in tokens.items()}
             by_width = sorted(range(len(idx)), key=lambda i: widths[i])
-            for part in width_batches([widths[i] for i in by_width], batch_size):
+            for part in width_batches([widths[i] for i in by_width], self.pass_rows or batch_size):
                 rows = by_width[part]
-                vecs = self.forward({k: v[rows, : widths[rows[0]]] for k, v in tokens.items()}, model)
+                batch = fixed_passes({k: v[rows, : widths[rows[0]]] for k, v in tokens.items()}, self.pass_rows)
+                vecs = self.forward(batch, model)[: len(rows)]
                 out[[idx[i] for i in rows]] = vecs.float().cpu().numpy()
             if bar is not None:
                 bar.update(len(idx))
@@ -375,6 +382,17 @@ class SapEncoder:
         if self.pad_to_max_length:
             return max(padded, self.settings.max_length)
         return -(-length // PAD_MULTIPLE) * PAD_MULTIPLE
+
+
+def fixed_passes(batch: Dict[str, torch.Tensor], rows: Optional[int]) -> Dict[str, torch.Tensor]:
+    """``batch`` padded to exactly ``rows`` rows with copies of its last row (unchanged when
+    ``rows`` is None). Model outputs for the real rows come first; the caller drops the rest."""
+    n = next(iter(batch.values())).shape[0]
+    if rows is None or n == rows:
+        return batch
+    if n > rows:
+        raise ValueError(f"a pass of {n} rows does not fit in {rows}")
+    return {k: torch.cat([v, v[-1:].expand(rows - n, *v.shape[1:])]) for k, v in batch.items()}
 
 
 def width_batches(widths: Sequence[int], batch_size: int) -> Iterable[slice]:

@@ -27,6 +27,10 @@ FORMAT = "spacy-sapbert-annotations"
 VERSION = 1
 OUTPUT_FORMATS = {"jsonl": ".jsonl", "pubtator": ".pubtator", "spacy": ".spacy"}
 DEFAULT_MAX_CHARS = 1_000_000  # spaCy's own nlp.max_length
+# Fixed pass sizes for annotate (``prepare_pipeline``), the fastest measured that keep output identical
+# however documents are batched (benchmarks/batch_invariance.py): names per encoder pass, windows per tagger pass
+ENCODER_PASS_ROWS = 16
+TAGGER_PASS_WINDOWS = 1
 CACHE_FOLDER = "mention-cache"  # a local run's mention caches, inside OUTPUT unless given elsewhere
 _OUR_FILES = re.compile(r"^(part-\d{5}\.(jsonl|pubtator|spacy)|manifest\.json|errors\.jsonl|\..*\.tmp)$")
 
@@ -125,12 +129,21 @@ def prepare_pipeline(
     """Ready ``nlp`` for ``link_documents`` and return its linkers: every component loads its data now
     (before worker processes fork, and so that a broken pipeline fails before the first shard), texts
     up to ``max_chars`` are allowed, the linkers' caches hold ``cache_size`` strings (None: their
-    setting) and start with what ``caches`` holds for them."""
+    setting) and start with what ``caches`` holds for them. Encoders and transformer taggers run
+    passes of a fixed size, so that the output does not depend on how documents were batched or
+    shared out (processes, resume, cluster)."""
     nlp.max_length = max(nlp.max_length, max_chars)
     nlp("")
     linkers = linkers_of(nlp)
     for linker in linkers:
         linker.cache_size = cache_size or linker.cache_size
+        if linker.encoder is not None:
+            linker.encoder.pass_rows = ENCODER_PASS_ROWS
+    from .tagger import TransformerTagger
+
+    for _, pipe in nlp.pipeline:
+        if isinstance(pipe, TransformerTagger):
+            pipe.pass_windows = TAGGER_PASS_WINDOWS
     if caches is not None:
         caches.load(linkers)
     return linkers

@@ -29,7 +29,15 @@ from spacy.util import minibatch
 from torch import nn
 
 from .bert import TOKENIZER_FILE, BertEncoder, load_bert, read_bert_config
-from .encoder import DEFAULT_ENCODER, inference_copy, resolve_encoder_path, resolve_precision, select_device, width_batches
+from .encoder import (
+    DEFAULT_ENCODER,
+    fixed_passes,
+    inference_copy,
+    resolve_encoder_path,
+    resolve_precision,
+    select_device,
+    width_batches,
+)
 from .fileio import atomic_path, folder_from_bytes, folder_to_bytes, read_json, write_json
 
 TAGGER_FILE = "tagger.json"
@@ -250,6 +258,9 @@ class TransformerTagger(Pipe):
         self.max_length = max_length
         self.overlap = overlap
         self.batch_size = batch_size
+        # None: windows of one width share passes of up to ``batch_size``. N: every pass holds exactly N
+        # windows (``encoder.fixed_passes``), so a doc's entities no longer depend on the docs beside it.
+        self.pass_windows: Optional[int] = None
         self.outside_bias = outside_bias
         self.device = select_device(device)
         self.precision = resolve_precision(precision, self.device)
@@ -364,12 +375,15 @@ class TransformerTagger(Pipe):
         windows = self.windows(docs)
         scores = [np.full((len(doc), len(self.tags)), np.nan, dtype=np.float32) for doc in docs]
         # each window padded to its own length rounded up to PAD_MULTIPLE, batched with windows of that
-        # width: its scores then depend on it alone, whatever docs share the batch (see SapEncoder.encode)
+        # width; with ``pass_windows``, in passes of exactly that many (see SapEncoder.encode)
         windows.sort(key=lambda w: len(w.ids))
         widths = [-(-len(w.ids) // PAD_MULTIPLE) * PAD_MULTIPLE for w in windows]
-        for part in width_batches(widths, self.batch_size):
+        for part in width_batches(widths, self.pass_windows or self.batch_size):
             batch = windows[part]
-            logp = torch.log_softmax(model(*self.batch_tensors(batch, widths[part.start])).float(), dim=-1).cpu().numpy()
+            ids, mask = self.batch_tensors(batch, widths[part.start])
+            padded = fixed_passes({"ids": ids, "mask": mask}, self.pass_windows)
+            logits = model(padded["ids"], padded["mask"])[: len(batch)]
+            logp = torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
             for b, w in enumerate(batch):
                 scores[w.doc][w.tokens] = logp[b, w.rows]
         return scores

@@ -46,6 +46,32 @@ def test_a_names_vector_does_not_depend_on_what_else_is_encoded(tiny_bert_path, 
     assert encoder.pad_width(5, 9) == 8 and encoder.pad_width(8, 9) == 8
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_with_fixed_passes_minilms_vectors_do_not_depend_on_the_batch(precision):
+    """The shipped MiniLM, as annotate runs it (``pass_rows``): bit for bit the same vector alone or among
+    others. Without fixed passes its matrix kernels, chosen by the size of the product, move some rows'
+    last bits (benchmarks/batch_invariance.py); the tiny test model is too small to show that."""
+    from spacy_sapbert.encoder import fixed_passes, native_bf16
+    from spacy_sapbert.shards import ENCODER_PASS_ROWS
+
+    if precision == "bf16" and not native_bf16(torch.device("cpu")):
+        pytest.skip("bf16 is emulated on this CPU; the encoder's auto precision keeps fp32 here")
+    encoder = SapEncoder.load(None, device="cpu", precision=precision)
+    encoder.pass_rows = ENCODER_PASS_ROWS
+    words = "renal failure breast cancer iron deficiency anemia acute myeloid leukemia of the left ventricle".split()
+    rng = np.random.default_rng(0)
+    names = list(dict.fromkeys(" ".join(rng.choice(words, size=rng.integers(1, 6))) for _ in range(400)))
+    together = encoder.encode(names)
+    for size in (1, 3, 7, 50):
+        for start in range(0, 50, size):
+            assert (encoder.encode(names[start : start + size]) == together[start : start + size]).all(), (size, start)
+    batch = {"input_ids": torch.arange(6).reshape(3, 2)}
+    assert fixed_passes(batch, 5)["input_ids"].tolist() == [[0, 1], [2, 3], [4, 5], [4, 5], [4, 5]]
+    assert fixed_passes(batch, None) is batch
+    with pytest.raises(ValueError):
+        fixed_passes(batch, 2)
+
+
 def test_encoder_truncates_long_names_and_handles_empty_input(tiny_encoder):
     long = " ".join(["insulin dependent diabetes"] * 40)
     batch = tiny_encoder.tokenize([long])

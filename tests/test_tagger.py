@@ -201,3 +201,21 @@ def test_shipped_transformer_ner_tags_both_labels_offline():
     ents = _ents(nlp("Lidocaine-induced cardiac asystole in a woman with breast cancer treated with tamoxifen."))
     assert ("Lidocaine", "Chemical") in ents and ("tamoxifen", "Chemical") in ents
     assert ("cardiac asystole", "Disease") in ents and ("breast cancer", "Disease") in ents
+
+
+@pytest.mark.skipif(not SHIPPED_NER_TRF.exists(), reason="the shipped transformer NER is built by training/ner_trf.py")
+def test_shipped_ner_with_fixed_passes_scores_a_doc_as_it_does_alone():
+    """As annotate runs it (``pass_windows``): a doc's tag scores are bit for bit its scores alone, whatever
+    docs of the same window width share its batch (MiniLM's kernels depend on the size of the product)."""
+    from spacy_sapbert.shards import TAGGER_PASS_WINDOWS
+
+    nlp = spacy.load(SHIPPED_NER_TRF)
+    tagger = nlp.get_pipe("sapbert_ner")
+    tagger.pass_windows = TAGGER_PASS_WINDOWS
+    texts = [f"Patient {i} developed {d} after {c} treatment." for i, (d, c) in enumerate(
+        [("hepatitis", "isoniazid"), ("seizures", "lidocaine"), ("nephrotoxicity", "cisplatin"), ("asthma", "aspirin"),
+         ("neutropenia", "clozapine"), ("hypotension", "propofol")])]
+    docs = [nlp.make_doc(t) for t in texts]
+    together = tagger.tag_scores(docs)
+    for doc, scores in zip(docs, together):
+        assert np.array_equal(tagger.tag_scores([doc])[0], scores, equal_nan=True), doc.text
