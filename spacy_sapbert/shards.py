@@ -27,8 +27,9 @@ FORMAT = "spacy-sapbert-annotations"
 VERSION = 1
 OUTPUT_FORMATS = {"jsonl": ".jsonl", "pubtator": ".pubtator", "spacy": ".spacy"}
 DEFAULT_MAX_CHARS = 1_000_000  # spaCy's own nlp.max_length
-# Fixed pass sizes for annotate (``prepare_pipeline``), the fastest measured that keep output identical
-# however documents are batched (benchmarks/batch_invariance.py): names per encoder pass, windows per tagger pass
+# Fixed pass sizes for annotate (``prepare_pipeline``), so that output does not depend on how documents are
+# batched (benchmarks/batch_invariance.py): names per encoder pass (16 pads annotate's small calls less than 32)
+# and windows per tagger pass (one: no padding)
 ENCODER_PASS_ROWS = 16
 TAGGER_PASS_WINDOWS = 1
 CACHE_FOLDER = "mention-cache"  # a local run's mention caches, inside OUTPUT unless given elsewhere
