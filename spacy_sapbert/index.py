@@ -198,6 +198,9 @@ class VectorIndex:
         self.rerank = list(rerank) if rerank is not None else None
         self.device = "cpu"
         self._device_base = None  # exact search's vectors copied to the GPU, when one is used
+        # None: exact search takes as many queries per product as fit ~200 MB of scores. N: exactly N per
+        # product (a short one padded), so a query's scores do not depend on the queries beside it
+        self.pass_queries: Optional[int] = None
         self._gpu_index = None  # a FAISS GPU clone of a compressed index, when faiss-gpu is installed
         self._source: Optional[Tuple[str, FileStamp]] = None  # the folder, when memory-mapped by ``from_disk``
 
@@ -385,13 +388,16 @@ class VectorIndex:
             if self._device_base is None:
                 self._device_base = base.to(self.device, torch.float16)
             base = self._device_base
-        block = max(1, int(5e7 // n))  # about 200 MB of scores at a time
+        block = self.pass_queries or max(1, int(5e7 // n))  # about 200 MB of scores at a time
         scores, rows = [], []
         with torch.inference_mode():
             for start in range(0, len(queries), block):
                 q = torch.from_numpy(queries[start : start + block])
+                m = len(q)
+                if self.pass_queries is not None and m < block:
+                    q = torch.cat([q, q[-1:].expand(block - m, -1)])
                 sims = q @ base.T if on_cpu else (q.to(self.device, torch.float16) @ base.T).float()
-                top = torch.topk(sims, k, dim=1)
+                top = torch.topk(sims[:m], k, dim=1)
                 scores.append(top.values.cpu().numpy())
                 rows.append(top.indices.cpu().numpy())
         return np.concatenate(scores), np.concatenate(rows).astype(np.int64)

@@ -29,9 +29,11 @@ OUTPUT_FORMATS = {"jsonl": ".jsonl", "pubtator": ".pubtator", "spacy": ".spacy"}
 DEFAULT_MAX_CHARS = 1_000_000  # spaCy's own nlp.max_length
 # Fixed pass sizes for annotate (``prepare_pipeline``), so that output does not depend on how documents are
 # batched (benchmarks/batch_invariance.py): names per encoder pass (16 pads annotate's small calls less than 32)
-# and windows per tagger pass (one: no padding)
+# and windows per tagger pass (one: no padding); queries per exact-search product (64: a 543k-name KB is read
+# a few times more often than in its usual blocks of ~90, a small KB's small calls pad little)
 ENCODER_PASS_ROWS = 16
 TAGGER_PASS_WINDOWS = 1
+SEARCH_PASS_QUERIES = 64
 CACHE_FOLDER = "mention-cache"  # a local run's mention caches, inside OUTPUT unless given elsewhere
 _OUR_FILES = re.compile(r"^(part-\d{5}\.(jsonl|pubtator|spacy)|manifest\.json|errors\.jsonl|\..*\.tmp)$")
 
@@ -140,6 +142,8 @@ def prepare_pipeline(
         linker.cache_size = cache_size or linker.cache_size
         if linker.encoder is not None:
             linker.encoder.pass_rows = ENCODER_PASS_ROWS
+        if linker.linking_kb is not None:
+            linker.linking_kb.index.pass_queries = SEARCH_PASS_QUERIES
     from .tagger import TransformerTagger
 
     for _, pipe in nlp.pipeline:

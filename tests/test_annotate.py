@@ -23,7 +23,7 @@ from spacy_sapbert.cli import app
 from spacy_sapbert.documents import InputDocument, iter_documents
 from spacy_sapbert.records import ConceptRecord as R
 from spacy_sapbert.search import LinkingKB
-from spacy_sapbert.shards import ENCODER_PASS_ROWS, PipelineSpec, link_documents, prepare_pipeline
+from spacy_sapbert.shards import ENCODER_PASS_ROWS, SEARCH_PASS_QUERIES, PipelineSpec, link_documents, prepare_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [
@@ -305,7 +305,8 @@ def test_link_documents_keeps_input_order_around_failures(tmp_path, kb):
     nlp = PipelineSpec(kb=str(kb), detector="ruler").load()
     nlp.add_pipe("annotate_test_boom")
     prepare_pipeline(nlp, 1000)
-    assert nlp.get_pipe("sapbert_linker").encoder.pass_rows == ENCODER_PASS_ROWS  # batching-independent output
+    linker = nlp.get_pipe("sapbert_linker")  # fixed passes: output that does not depend on batching
+    assert linker.encoder.pass_rows == ENCODER_PASS_ROWS and linker.linking_kb.index.pass_queries == SEARCH_PASS_QUERIES
     docs = [InputDocument(i, t) for i, t in enumerate(["fever", "BOOM", "fits", "x" * 2000, "BOOM"])]
     out = [(d.id, doc is not None, reason) for d, doc, reason in link_documents(nlp, docs, batch_size=2, max_chars=1000)]
     assert [o[:2] for o in out] == [(0, True), (1, False), (2, True), (3, False), (4, False)]

@@ -559,3 +559,21 @@ def test_npy_rows_reads_the_rows_np_load_would(tmp_path, dtype):
     np.save(tmp_path / "flat.npy", np.zeros(5, np.float16), allow_pickle=False)
     with pytest.raises(ValueError, match="flat.npy must hold a C-ordered 2-D array"):
         NpyRows(tmp_path / "flat.npy")
+
+
+def test_exact_search_with_fixed_passes_scores_a_query_as_it_does_alone():
+    """As annotate runs it (``pass_queries``): a query's scores are bit for bit the same whatever queries share
+    its product. Without fixed passes the matrix kernels, chosen by the product's size, move their last bits."""
+    from spacy_sapbert.shards import SEARCH_PASS_QUERIES
+
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((60_000, 384)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    index = VectorIndex.build(base, kind="flat")
+    index.pass_queries = SEARCH_PASS_QUERIES
+    queries = base[:100] + 0.01 * rng.standard_normal((100, 384)).astype(np.float32)
+    together = index.search(queries, 5)
+    for size in (1, 3, 7, 50):
+        for start in range(0, 50, size):
+            part = index.search(queries[start : start + size], 5)
+            assert (part[0] == together[0][start : start + size]).all() and (part[1] == together[1][start : start + size]).all()
