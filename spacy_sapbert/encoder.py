@@ -385,8 +385,9 @@ class SapEncoder:
 
 
 def fixed_passes(batch: Dict[str, torch.Tensor], rows: Optional[int]) -> Dict[str, torch.Tensor]:
-    """``batch`` padded to exactly ``rows`` rows with copies of its last row (unchanged when
-    ``rows`` is None). Model outputs for the real rows come first; the caller drops the rest."""
+    """``batch`` (tensors of the same rows) padded to exactly ``rows`` rows with copies of its last
+    row (unchanged when ``rows`` is None): the one rule for the fixed-size passes of the encoder, the
+    tagger and exact search. Outputs for the real rows come first; the caller drops the rest."""
     n = next(iter(batch.values())).shape[0]
     if rows is None or n == rows:
         return batch

@@ -379,6 +379,8 @@ class VectorIndex:
         """
         import torch
 
+        from .encoder import fixed_passes
+
         n, d = len(self), self.dim
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # a read-only mapping; we never write to it
@@ -394,8 +396,7 @@ class VectorIndex:
             for start in range(0, len(queries), block):
                 q = torch.from_numpy(queries[start : start + block])
                 m = len(q)
-                if self.pass_queries is not None and m < block:
-                    q = torch.cat([q, q[-1:].expand(block - m, -1)])
+                q = fixed_passes({"q": q}, self.pass_queries)["q"]
                 sims = q @ base.T if on_cpu else (q.to(self.device, torch.float16) @ base.T).float()
                 top = torch.topk(sims[:m], k, dim=1)
                 scores.append(top.values.cpu().numpy())

@@ -59,3 +59,19 @@ def tiny_encoder(tiny_bert_path):
     from spacy_sapbert.encoder import SapEncoder
 
     return SapEncoder.load(tiny_bert_path, device="cpu", precision="fp32")  # exact on every CPU
+
+
+@pytest.fixture(scope="session")
+def ner_corpora(tmp_path_factory) -> Path:
+    """The NER workflow's benchmark folder layout (``training.ner.CORPUS_FILES``), every split filled
+    with the tiny corpus fixtures in ``fixtures/ner``."""
+    import shutil
+
+    from training.ner import CORPUS_FILES
+
+    fixtures = Path(__file__).parent / "fixtures" / "ner"
+    root = tmp_path_factory.mktemp("benchmarks")
+    for (name, _split), rel in CORPUS_FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(fixtures / ("cdr.PubTator.txt" if name == "cdr" else "ncbi.txt"), root / rel)
+    return root

@@ -1,7 +1,6 @@
 """The NER workflow: PubTator → DocBin conversion, the time-budget stop, evaluation, and the shipped model."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
@@ -14,7 +13,6 @@ from spacy.tokens import DocBin
 import spacy_sapbert
 from spacy_sapbert.evaluation.datasets import read_pubtator
 from training.ner import (
-    CORPUS_FILES,
     _budget_cap_checked,
     convert_corpora,
     evaluate_ner,
@@ -29,19 +27,9 @@ SHIPPED = Path(spacy_sapbert.__file__).parent / "data" / "ner"
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    """The benchmark folder layout, every split filled with the tiny fixtures."""
-    root = tmp_path_factory.mktemp("benchmarks")
-    for (name, _split), rel in CORPUS_FILES.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(FIXTURES / ("cdr.PubTator.txt" if name == "cdr" else "ncbi.txt"), root / rel)
-    return root
-
-
-@pytest.fixture(scope="module")
-def converted(data_dir, tmp_path_factory):
+def converted(ner_corpora, tmp_path_factory):
     out = tmp_path_factory.mktemp("ner_corpus")
-    report = convert_corpora(data_dir, out, mask_chemicals=True)
+    report = convert_corpora(ner_corpora, out, mask_chemicals=True)
     return out, report
 
 

@@ -1,9 +1,6 @@
 """Fine-tuning the transformer tagger (training/ner_trf.py) on the tiny corpus fixtures with a tiny BERT."""
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 import spacy
 import torch
@@ -14,23 +11,12 @@ from spacy_sapbert.tagger import bio_tags
 from training.ner import CORPUS_FILES, make_tokenizer_nlp
 from training.ner_trf import allowed_tags, partial_label_loss, read_split, train_tagger
 
-FIXTURES = Path(__file__).parent / "fixtures" / "ner"
 
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("benchmarks")
-    for (name, _split), rel in CORPUS_FILES.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(FIXTURES / ("cdr.PubTator.txt" if name == "cdr" else "ncbi.txt"), root / rel)
-    return root
-
-
-def test_ncbi_tokens_in_known_chemical_names_may_be_chemicals(data_dir):
+def test_ncbi_tokens_in_known_chemical_names_may_be_chemicals(ner_corpora):
     nlp = make_tokenizer_nlp()
-    docs, labels, raw = read_split(nlp, data_dir, "train")
+    docs, labels, raw = read_split(nlp, ner_corpora, "train")
     assert labels[0] == ("Chemical", "Disease") and labels[-1] == ("Disease",)
-    assert set(raw) == {"cdr", "ncbi"} and len(raw["ncbi"]) == len(read_pubtator(data_dir / CORPUS_FILES[("ncbi", "train")]))
+    assert set(raw) == {"cdr", "ncbi"} and len(raw["ncbi"]) == len(read_pubtator(ner_corpora / CORPUS_FILES[("ncbi", "train")]))
     tags = bio_tags(["Chemical", "Disease"])
     ncbi = docs[-1]
     allowed = allowed_tags(ncbi, tags, labels[-1])
@@ -59,9 +45,9 @@ def test_partial_label_loss_is_cross_entropy_for_one_allowed_tag():
     assert float(partial_label_loss(logits, windows, anything)) == pytest.approx(0.0, abs=1e-6)
 
 
-def test_train_select_save_and_resume(data_dir, tiny_bert_path, tmp_path):
+def test_train_select_save_and_resume(ner_corpora, tiny_bert_path, tmp_path):
     out = tmp_path / "run"
-    first = train_tagger(out, data_dir=data_dir, encoder=str(tiny_bert_path), epochs=2, max_minutes=5, batch_tokens=256,
+    first = train_tagger(out, data_dir=ner_corpora, encoder=str(tiny_bert_path), epochs=2, max_minutes=5, batch_tokens=256,
                          max_length=32, overlap=8, precision="fp32", device="cpu")
     assert [row["epoch"] for row in first["history"]] == [0, 1] and first["steps"] > 0
     nlp = spacy.load(out / "model-best")
@@ -70,13 +56,13 @@ def test_train_select_save_and_resume(data_dir, tiny_bert_path, tmp_path):
     assert (out / "model-last" / "sapbert_ner" / "model.safetensors").is_file()
     state = read_json(next((out / "checkpoints").glob("step-*")) / "state.json")
     assert state["epoch"] == 2
-    resumed = train_tagger(out, data_dir=data_dir, encoder=str(tiny_bert_path), epochs=3, max_minutes=5, batch_tokens=256,
+    resumed = train_tagger(out, data_dir=ner_corpora, encoder=str(tiny_bert_path), epochs=3, max_minutes=5, batch_tokens=256,
                            max_length=32, overlap=8, precision="fp32", device="cpu", resume=True)
     assert [row["epoch"] for row in resumed["history"]] == [0, 1, 2]
     assert resumed["steps"] > first["steps"]
 
 
-def test_budget_stops_training(data_dir, tiny_bert_path, tmp_path):
-    result = train_tagger(tmp_path / "run", data_dir=data_dir, encoder=str(tiny_bert_path), epochs=50, max_minutes=0.0,
+def test_budget_stops_training(ner_corpora, tiny_bert_path, tmp_path):
+    result = train_tagger(tmp_path / "run", data_dir=ner_corpora, encoder=str(tiny_bert_path), epochs=50, max_minutes=0.0,
                           batch_tokens=256, max_length=32, overlap=8, precision="fp32", device="cpu")
     assert result["history"] == [] and result["steps"] == 0
