@@ -11,17 +11,19 @@ OUTPUT is a folder:
 A run restarted with the same arguments skips the finished shards and writes the bytes an
 uninterrupted run writes (nothing in the folder depends on timing; the mention cache is restored
 as it was: ``shards.MentionCaches``).
-Locally each shard streams through ``nlp.pipe`` (``n_process`` as spaCy does it); on a Dask
-cluster (``cluster.py``) each task is one shard; both make a shard with ``shards.annotate_shard``
-and commit it through ``shards.OutputFolder``.
+Each shard streams through ``nlp.pipe`` in one process: here, in one of ``n_process`` worker
+processes (one task per shard), or on a Dask cluster's worker (``cluster.py``); each of them holds
+a ``shards.ShardWorker``, and the shards are committed here through ``shards.OutputFolder``.
 """
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import dataclass
 from itertools import count, islice
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .documents import INPUT_FORMATS, InputDocument, guess_input_format, iter_documents
 from .fileio import PathLike
@@ -29,13 +31,10 @@ from .shards import (
     CACHE_FOLDER,
     DEFAULT_MAX_CHARS,
     OUTPUT_FORMATS,
-    MentionCaches,
     OutputFolder,
     PipelineSpec,
     Shard,
-    annotate_shard,
-    pipeline_fingerprint,
-    prepare_pipeline,
+    ShardWorker,
 )
 
 
@@ -127,15 +126,17 @@ def annotate(
         from .cluster import DaskShards
 
         engine = DaskShards(scheduler, spec, output_format, batch_size, max_chars, cache_dir, cache_size)
+    elif n_process == 1:
+        engine = _LocalShards(spec, output_format, batch_size, max_chars, cache_dir, cache_size)
     else:
-        engine = _LocalShards(spec, output_format, n_process, batch_size, max_chars, cache_dir, cache_size)
+        n = (os.cpu_count() or 1) if n_process == -1 else n_process
+        engine = _ProcessShards(spec, output_format, n, batch_size, max_chars, cache_dir, cache_size)
     t0 = time.perf_counter()  # the pipeline is loaded: from here on, annotation
     try:
         run = {"input": str(input), "input_format": fmt, "output_format": output_format, "shard_size": shard_size,
                "max_chars": max_chars, "pipeline_fingerprint": engine.fingerprint}
         described = {**{k: v for k, v in vars(spec).items() if v is not None}, "components": engine.components}
         folder = OutputFolder(output, run, described, overwrite)
-        engine.start()
         skipped = len(folder.shards)
         bar = _Progress(progress)
         run_docs = run_mentions = 0
@@ -153,32 +154,125 @@ def annotate(
 
 
 class _LocalShards:
-    """Shards made here, one after the other (``nlp.pipe`` with ``n_process`` workers)."""
+    """Shards made here, one after the other."""
 
-    def __init__(self, spec: PipelineSpec, output_format: str, n_process: int, batch_size: int, max_chars: int,
+    def __init__(self, spec: PipelineSpec, output_format: str, batch_size: int, max_chars: int,
                  cache_dir: Optional[PathLike], cache_size: Optional[int]):
-        self.nlp = spec.load()
-        self.linkers = prepare_pipeline(self.nlp, max_chars, None, cache_size)
-        self.caches = MentionCaches(cache_dir) if cache_dir is not None else None
-        self.fingerprint = pipeline_fingerprint(self.nlp)
-        self.components = list(self.nlp.pipe_names)
-        self.output_format, self.n_process, self.batch_size, self.max_chars = output_format, n_process, batch_size, max_chars
-
-    def start(self) -> None:
-        """Load the mention caches: once OUTPUT is known to be this run's (the default cache is in it)."""
-        if self.caches is not None:
-            self.caches.load(self.linkers)
+        self.worker = ShardWorker(spec, max_chars, cache_dir, cache_size)
+        self.fingerprint, self.components = self.worker.fingerprint, self.worker.components
+        self.output_format, self.batch_size = output_format, batch_size
 
     def shards(self, docs: Iterator[InputDocument], start: int, shard_size: int, progress: _Progress) -> Iterator[Shard]:
         for index in count(start):
             chunk = list(islice(docs, shard_size))
             if not chunk:
                 return
-            shard = annotate_shard(self.nlp, self.linkers, index, chunk, self.output_format, n_process=self.n_process,
-                                   batch_size=self.batch_size, max_chars=self.max_chars, progress=progress)
-            if self.caches is not None:  # before the shard is committed: see MentionCaches
-                self.caches.save(self.linkers)
-            yield shard
+            yield self.worker.run(index, chunk, self.output_format, self.batch_size, progress)
 
     def close(self) -> None:
         pass
+
+
+class _ProcessShards:
+    """Shards made by ``n_process`` worker processes, one shard per task. Each process loads the
+    pipeline once (the KB and index memory-mapped, so the processes share their pages) and keeps
+    it, with its mention cache, for every shard it is given; the documents go to it and the
+    shard's bytes come back. spaCy's ``nlp.pipe(n_process=...)`` would instead fork new workers for
+    each shard and send every ``Doc`` back to be serialised here."""
+
+    def __init__(self, spec: PipelineSpec, output_format: str, n_process: int, batch_size: int, max_chars: int,
+                 cache_dir: Optional[PathLike], cache_size: Optional[int]):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        # forked on Linux (as spaCy's n_process is), so the workers know what this process registered (custom
+        # components); the pipeline is loaded in each worker, not here, so no torch thread pool is forked in use
+        context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+        ready = context.Queue()
+        threads = 0 if os.environ.get("OMP_NUM_THREADS") else max(1, (os.cpu_count() or 1) // n_process)
+        self.n_process, self.output_format, self.batch_size = n_process, output_format, batch_size
+        self.pool = ProcessPoolExecutor(n_process, mp_context=context, initializer=_start_worker,
+                                        initargs=(spec, max_chars, cache_dir, cache_size, threads, ready))
+        try:
+            described = self._wait_ready(ready, [self.pool.submit(int) for _ in range(n_process)])
+        except BrokenProcessPool:  # a worker died before all were started
+            self.close()
+            raise RuntimeError("a worker process died while loading the pipeline") from None
+        except BaseException:
+            self.close()
+            raise
+        self.fingerprint, self.components = described[0]
+
+    def _wait_ready(self, ready: Any, started: Sequence[Any]) -> List[Tuple[str, List[str]]]:
+        """What each worker reports once its pipeline is loaded (``started``: a trivial task per
+        worker, which fails if the pool breaks: a worker that died without a word)."""
+        import queue
+
+        described: List[Tuple[str, List[str]]] = []
+        while len(described) < self.n_process:
+            try:
+                found = ready.get(timeout=1.0)
+            except queue.Empty:
+                if any(f.done() and f.exception() is not None for f in started):
+                    raise RuntimeError("a worker process died while loading the pipeline") from None
+                continue
+            if isinstance(found, str):
+                raise RuntimeError(f"a worker process could not load the pipeline: {found}")
+            described.append(found)
+        if len({fp for fp, _ in described}) > 1:
+            raise RuntimeError(f"the worker processes loaded different pipelines: {described}")
+        return described
+
+    def shards(self, docs: Iterator[InputDocument], start: int, shard_size: int, progress: _Progress) -> Iterator[Shard]:
+        """Each shard of ``docs`` as a task, at most two per process waiting or running; finished
+        shards come back as they finish (``OutputFolder`` commits them in order)."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        running: Dict[Any, int] = {}  # future: shard index
+        for index in count(start):
+            chunk = list(islice(docs, shard_size))
+            if not chunk:
+                break
+            if len(running) >= 2 * self.n_process:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=running.__getitem__):
+                    del running[future]
+                    yield self._result(future, progress)
+            running[self.pool.submit(_run_shard, index, chunk, self.output_format, self.batch_size)] = index
+        for future in sorted(running, key=running.__getitem__):
+            yield self._result(future, progress)
+
+    @staticmethod
+    def _result(future: Any, progress: _Progress) -> Shard:
+        shard = future.result()
+        progress.add(shard.docs, shard.mentions)
+        return shard
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+_worker: Optional[ShardWorker] = None  # a worker process's pipeline (set by its initializer; never in the main process)
+
+
+def _start_worker(spec: PipelineSpec, max_chars: int, cache_dir: Optional[PathLike], cache_size: Optional[int],
+                  threads: int, ready: Any) -> None:
+    global _worker
+    try:
+        if threads:
+            import faiss
+            import torch
+
+            torch.set_num_threads(threads)
+            faiss.omp_set_num_threads(threads)
+        _worker = ShardWorker(spec, max_chars, cache_dir, cache_size)
+        ready.put((_worker.fingerprint, _worker.components))
+    except BaseException as e:
+        ready.put(f"{type(e).__name__}: {e}")
+        raise
+
+
+def _run_shard(index: int, docs: Sequence[InputDocument], output_format: str, batch_size: int) -> Shard:
+    assert _worker is not None, "not a worker process"
+    return _worker.run(index, docs, output_format, batch_size)

@@ -15,14 +15,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from .documents import InputDocument
 from .fileio import PathLike
-from .shards import (
-    MentionCaches,
-    PipelineSpec,
-    Shard,
-    annotate_shard,
-    pipeline_fingerprint,
-    prepare_pipeline,
-)
+from .shards import PipelineSpec, Shard, ShardWorker
 
 try:
     from distributed import WorkerPlugin
@@ -37,14 +30,11 @@ class PipelinePlugin(WorkerPlugin):  # type: ignore[misc,valid-type]
         self.spec, self.max_chars, self.cache_dir, self.cache_size = spec, max_chars, cache_dir, cache_size
 
     def setup(self, worker: Any) -> None:
-        self.nlp = self.spec.load()
-        self.caches = MentionCaches(self.cache_dir) if self.cache_dir is not None else None
-        self.linkers = prepare_pipeline(self.nlp, self.max_chars, self.caches, self.cache_size)
-        self.fingerprint = pipeline_fingerprint(self.nlp)
+        self.worker: Optional[ShardWorker] = ShardWorker(self.spec, self.max_chars, self.cache_dir, self.cache_size)
         self.lock = threading.Lock()  # one shard at a time per worker, however many threads it has
 
     def teardown(self, worker: Any) -> None:
-        self.nlp = self.linkers = None  # type: ignore[assignment]
+        self.worker = None
 
 
 def _plugin(name: str, dask_worker: Any = None) -> PipelinePlugin:
@@ -56,17 +46,14 @@ def _plugin(name: str, dask_worker: Any = None) -> PipelinePlugin:
 
 
 def _describe(name: str, dask_worker: Any = None) -> Tuple[str, List[str]]:
-    plugin = _plugin(name, dask_worker)
-    return plugin.fingerprint, list(plugin.nlp.pipe_names)
+    worker = _plugin(name, dask_worker).worker
+    return worker.fingerprint, worker.components  # type: ignore[union-attr]
 
 
 def _run_shard(name: str, index: int, docs: Sequence[InputDocument], output_format: str, batch_size: int) -> Tuple[str, Shard]:
     plugin = _plugin(name)
     with plugin.lock:
-        shard = annotate_shard(plugin.nlp, plugin.linkers, index, docs, output_format, batch_size=batch_size, max_chars=plugin.max_chars)
-        if plugin.caches is not None:
-            plugin.caches.save(plugin.linkers)
-    return plugin.fingerprint, shard
+        return plugin.worker.fingerprint, plugin.worker.run(index, docs, output_format, batch_size)  # type: ignore[union-attr]
 
 
 class DaskShards:
@@ -113,9 +100,6 @@ class DaskShards:
             index += 1
         for future in running:
             yield self._result(future, progress)
-
-    def start(self) -> None:
-        pass  # each worker loaded its mention caches with the pipeline
 
     def _result(self, future: Any, progress: Any) -> Shard:
         fingerprint, shard = future.result()

@@ -1,6 +1,7 @@
-"""The pieces of ``annotate`` (``annotate.py``) that a local run and a cluster worker share: which
-pipeline to load, documents through it with per-document failures, a shard's bytes in each output
-format, and the output folder that commits shards in order and resumes where a run stopped.
+"""The pieces of ``annotate`` (``annotate.py``) that a local run, its worker processes and a cluster
+worker share: which pipeline to load (``ShardWorker`` holds it), documents through it with
+per-document failures, a shard's bytes in each output format, and the output folder that commits
+shards in order and resumes where a run stopped.
 """
 from __future__ import annotations
 
@@ -112,7 +113,7 @@ def span_records(doc: Doc, linkers: Sequence[Any]) -> List[Dict[str, Any]]:
 
 def pipeline_fingerprint(nlp: Language) -> str:
     """A hash of what decides the pipeline's output: its config, the weights of its trained components,
-    and each linker's KB, index, encoder, precision and threshold. A resumed run (or a cluster
+    and each linker's KB, index, encoder, precision, threshold and fusion weight. A resumed run (or a cluster
     worker) must have the same."""
     h = hashlib.sha256(nlp.config.to_str().encode())
     for name, proc in nlp.pipeline:
@@ -122,17 +123,16 @@ def pipeline_fingerprint(nlp: Language) -> str:
     for linker in linkers_of(nlp):
         lkb = linker.linking_kb
         described = [lkb.meta["kb_fingerprint"], lkb.index.meta, linker.encoder.fingerprint, linker.encoder.precision, linker.effective_threshold]
+        if linker.effective_fusion_weight:
+            described.append(linker.effective_fusion_weight)
         h.update(json.dumps(described, sort_keys=True).encode())
     return h.hexdigest()[:32]
 
 
-def prepare_pipeline(
-    nlp: Language, max_chars: int, caches: Optional["MentionCaches"] = None, cache_size: Optional[int] = None
-) -> List[Any]:
+def prepare_pipeline(nlp: Language, max_chars: int, cache_size: Optional[int] = None) -> List[Any]:
     """Ready ``nlp`` for ``link_documents`` and return its linkers: every component loads its data now
-    (before worker processes fork, and so that a broken pipeline fails before the first shard), texts
-    up to ``max_chars`` are allowed, the linkers' caches hold ``cache_size`` strings (None: their
-    setting) and start with what ``caches`` holds for them. Encoders and transformer taggers run
+    (so that a broken pipeline fails before the first shard), texts up to ``max_chars`` are allowed,
+    the linkers' caches hold ``cache_size`` strings (None: their setting). Encoders and transformer taggers run
     passes of a fixed size, so that the output does not depend on how documents were batched or
     shared out (processes, resume, cluster)."""
     nlp.max_length = max(nlp.max_length, max_chars)
@@ -149,9 +149,36 @@ def prepare_pipeline(
     for _, pipe in nlp.pipeline:
         if isinstance(pipe, TransformerTagger):
             pipe.pass_windows = TAGGER_PASS_WINDOWS
-    if caches is not None:
-        caches.load(linkers)
     return linkers
+
+
+class ShardWorker:
+    """One process's share of an ``annotate`` run: the pipeline loaded once and made ready
+    (``prepare_pipeline``), its fingerprint, and its mention caches, read when the first shard
+    starts (by then the output folder, where the default cache lives, is known to be this run's)
+    and saved after each shard. A local run, each process of ``--n-process`` and each Dask worker
+    hold one."""
+
+    def __init__(self, spec: PipelineSpec, max_chars: int, cache_dir: Optional[PathLike], cache_size: Optional[int]):
+        self.nlp = spec.load()
+        self.max_chars = max_chars
+        self.linkers = prepare_pipeline(self.nlp, max_chars, cache_size)
+        self.caches = MentionCaches(cache_dir) if cache_dir is not None else None
+        self._caches_loaded = False
+        self.fingerprint = pipeline_fingerprint(self.nlp)
+        self.components = list(self.nlp.pipe_names)
+
+    def run(self, index: int, docs: Sequence[InputDocument], output_format: str, batch_size: int, progress: Any = None) -> Shard:
+        """Shard ``index`` of ``docs``; the caches are saved before it is returned (and so before it is
+        committed: a run killed in between resumes with the caches the uninterrupted run had)."""
+        if self.caches is not None and not self._caches_loaded:
+            self.caches.load(self.linkers)
+            self._caches_loaded = True
+        shard = annotate_shard(self.nlp, self.linkers, index, docs, output_format, batch_size=batch_size,
+                               max_chars=self.max_chars, progress=progress)
+        if self.caches is not None:
+            self.caches.save(self.linkers)
+        return shard
 
 
 class MentionCaches:
@@ -225,11 +252,11 @@ def _set_error_handler(nlp: Language, handler: _BatchFailures) -> None:
 
 
 def link_documents(
-    nlp: Language, docs: Iterable[InputDocument], *, n_process: int = 1, batch_size: int = 64, max_chars: int = DEFAULT_MAX_CHARS
+    nlp: Language, docs: Iterable[InputDocument], *, batch_size: int = 64, max_chars: int = DEFAULT_MAX_CHARS
 ) -> Iterator[Tuple[InputDocument, Optional[Doc], Optional[str]]]:
     """Each document with its annotated ``Doc``, or with None and why it failed, in input order.
 
-    Documents stream through ``nlp.pipe`` (``n_process`` as spaCy does it). A document the reader
+    Documents stream through ``nlp.pipe``. A document the reader
     could not read, or longer than ``max_chars``, never enters it. A batch that fails in a component
     (spaCy's ``set_error_handler``), or an error that escapes the pipeline, drops only the documents
     in flight: each runs again alone, and only one that fails alone is reported.
@@ -240,7 +267,7 @@ def link_documents(
     while True:
         pending: Deque[Tuple[Optional[int], InputDocument, Optional[str]]] = deque()
         try:
-            for doc, n in nlp.pipe(_feed(stream, pending, max_chars), as_tuples=True, n_process=n_process, batch_size=batch_size):
+            for doc, n in nlp.pipe(_feed(stream, pending, max_chars), as_tuples=True, batch_size=batch_size):
                 while pending[0][0] != n:
                     yield _alone(nlp, handler, *pending.popleft())
                 yield pending.popleft()[1], doc, None
@@ -357,14 +384,13 @@ def _pubtator(item: InputDocument, records: List[Dict[str, Any]]) -> str:
 
 def annotate_shard(
     nlp: Language, linkers: Sequence[Any], index: int, docs: Sequence[InputDocument], output_format: str, *,
-    n_process: int = 1, batch_size: int = 64, max_chars: int = DEFAULT_MAX_CHARS, progress: Any = None,
+    batch_size: int = 64, max_chars: int = DEFAULT_MAX_CHARS, progress: Any = None,
 ) -> Shard:
     """One shard from its documents (a local run's step, a cluster worker's task), inside a spaCy
     memory zone: the strings its documents add to the vocab are dropped with them, so a long run's
-    memory does not grow with the number of distinct words it meets. With ``n_process`` above 1,
-    spaCy forks its workers from the loaded pipeline for each shard."""
+    memory does not grow with the number of distinct words it meets."""
     with nlp.memory_zone():
-        results = link_documents(nlp, docs, n_process=n_process, batch_size=batch_size, max_chars=max_chars)
+        results = link_documents(nlp, docs, batch_size=batch_size, max_chars=max_chars)
         return make_shard(index, results, output_format, linkers, progress)
 
 

@@ -361,3 +361,39 @@ def test_reading_a_stream_keeps_one_document_at_a_time(tmp_path):
     writer_done.set()
     thread.join()
     assert (first.id, first.text) == (1, "a")
+
+
+def test_each_worker_process_loads_the_pipeline_once(tmp_path, kb, monkeypatch):
+    """``n_process`` workers load the pipeline once each and keep it for all their shards (spaCy's
+    ``n_process`` forks new workers for every shard), and nothing is loaded in the main process."""
+    original = PipelineSpec.load
+    loads = tmp_path / "loads.txt"
+
+    def load(spec):
+        with open(loads, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return original(spec)
+
+    monkeypatch.setattr(PipelineSpec, "load", load)
+    source = write_jsonl(tmp_path / "corpus.jsonl")
+    summary = run(source, tmp_path / "out", kb, shard_size=3, n_process=2)
+    pids = loads.read_text().split()
+    assert summary.shards == 7 and len(pids) == 2 and len(set(pids)) == 2 and str(os.getpid()) not in pids
+
+
+def test_a_worker_that_cannot_load_the_pipeline_stops_the_run_with_its_reason(tmp_path, kb, monkeypatch):
+    def load(spec):
+        raise ValueError("no such component")
+
+    monkeypatch.setattr(PipelineSpec, "load", load)
+    source = write_jsonl(tmp_path / "corpus.jsonl")
+    with pytest.raises(RuntimeError, match="could not load the pipeline: ValueError: no such component"):
+        run(source, tmp_path / "out", kb, n_process=2)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_worker_that_dies_while_loading_does_not_hang_the_run(tmp_path, kb, monkeypatch):
+    monkeypatch.setattr(PipelineSpec, "load", lambda spec: os._exit(3))
+    source = write_jsonl(tmp_path / "corpus.jsonl")
+    with pytest.raises(RuntimeError, match="died while loading the pipeline"):
+        run(source, tmp_path / "out", kb, n_process=2)
