@@ -188,7 +188,7 @@ def annotate_command(
     input_format: str = typer.Option("auto", help="auto, folder, jsonl, pubtator, bioc, tsv or text (a document per line); auto: a folder, else by suffix, else PubTator when it looks like it"),
     output_format: str = typer.Option("jsonl", help="jsonl (link --input's records), pubtator or spacy (DocBin)"),
     shard_size: int = typer.Option(1000, help="Input documents per output shard"),
-    n_process: int = typer.Option(1, help="Processes for nlp.pipe (-1: every CPU); give each its share of the cores (OMP_NUM_THREADS)"),
+    n_process: int = typer.Option(1, help="Worker processes, each loading the pipeline once and annotating whole shards (-1: every CPU); each uses its share of the cores unless OMP_NUM_THREADS is set"),
     batch_size: int = typer.Option(64, help="Docs per nlp.pipe batch"),
     max_chars: int = typer.Option(1_000_000, help="A longer document is not annotated but listed in errors.jsonl"),
     cache_dir: Optional[Path] = typer.Option(None, help="Keep the linkers' mention caches here, e.g. shared by repeated runs (default: OUTPUT/mention-cache; with --scheduler, none)"),
@@ -323,6 +323,7 @@ def evaluate(
     nested: Optional[str] = typer.Option(None, help="With --end-to-end and a span_finder detector: keep nested mentions (all, or coordinations) in a span group the linker links, and score them too"),
     pipeline: Optional[Path] = typer.Option(None, exists=True, file_okay=False, help="With --end-to-end: a saved pipeline (build-pipeline) run as it is; its linker for the dataset's label is scored (--detector and --dictionary name the row)"),
     threshold: Optional[float] = typer.Option(None, help="With --end-to-end: the linker's NIL threshold (default: the KB's calibrated one, else 0)"),
+    fusion_weight: Optional[float] = typer.Option(None, help="The linker's sparse + dense fusion weight w in [0, 1): (1 - w) dense + w char 3-gram TF-IDF (default: the KB's stored one, else 0: off)"),
     sweep_threshold: bool = typer.Option(False, "--sweep-threshold", help="With --end-to-end: also score the run at a grid of NIL thresholds (use --split dev to choose one)"),
     spelling: bool = typer.Option(True, help="Gold spans: apply the benchmark's spell-check list (outside the pipeline)"),
     abbreviations: bool = typer.Option(True, help="Expand abbreviations defined in the document (pipeline)"),
@@ -345,7 +346,7 @@ def evaluate(
     if end_to_end:
         from .evaluation.end_to_end import THRESHOLD_GRID, end_to_end_command
 
-        settings = {k: v for k, v in (("ambiguous", ambiguous), ("threshold", threshold)) if v is not None}
+        settings = {k: v for k, v in (("ambiguous", ambiguous), ("threshold", threshold), ("fusion_weight", fusion_weight)) if v is not None}
         end_to_end_command(dataset, detector, dictionary, encoder, split=split, ner_model=ner_model, abbreviations=abbreviations,
                            linker_config=settings or None, nested=nested, pipeline=pipeline,
                            threshold_sweep=THRESHOLD_GRID if sweep_threshold else (),
@@ -354,4 +355,4 @@ def evaluate(
     from .evaluation.runner import evaluate_command
 
     evaluate_command(dataset, encoder, dictionary, output, batch_size, precision, system, threads=threads,
-                     spelling=spelling, abbreviations=abbreviations, composites=composites)
+                     spelling=spelling, abbreviations=abbreviations, composites=composites, fusion_weight=fusion_weight)

@@ -170,6 +170,7 @@ def make_kb_id_scorer() -> Callable[..., Dict[str, Any]]:
         "parts_attr": "cui_parts",
         "split_composites": True,
         "exact_names": True,
+        "fusion_weight": None,
         "batch_size": 256,
         "cache_size": 10000,
         "device": "auto",
@@ -194,6 +195,7 @@ def make_sapbert_linker(
     parts_attr: str,
     split_composites: bool,
     exact_names: bool,
+    fusion_weight: Optional[float],
     batch_size: int,
     cache_size: int,
     device: str,
@@ -210,7 +212,10 @@ def make_sapbert_linker(
     (nothing: the linker does not guess; the candidates list them all). ``exact_names``: a query
     that is a KB name is searched with the vector the index stores for that name (what the encoder
     gave the same string when the KB was built) instead of being encoded again; turn it off where
-    the query vector must come from the encoder (e.g. a reranker that reads the mention's context)."""
+    the query vector must come from the encoder (e.g. a reranker that reads the mention's context).
+    ``fusion_weight``: w in [0, 1) mixes a character 3-gram TF-IDF score into the nearest names'
+    scores, (1 - w) × dense + w × sparse (``LinkingKB.candidates``); None: the weight chosen on dev
+    and stored in the KB (``search.store_fusion``), else 0 (off)."""
     return SapBertLinker(
         nlp.vocab,
         name=name,
@@ -227,6 +232,7 @@ def make_sapbert_linker(
         parts_attr=parts_attr,
         split_composites=split_composites,
         exact_names=exact_names,
+        fusion_weight=fusion_weight,
         batch_size=batch_size,
         cache_size=cache_size,
         device=device,
@@ -263,6 +269,7 @@ class SapBertLinker(Pipe):
         parts_attr: str = "cui_parts",
         split_composites: bool = True,
         exact_names: bool = True,
+        fusion_weight: Optional[float] = None,
         batch_size: int = 256,
         cache_size: int = 10000,
         device: str = "auto",
@@ -276,6 +283,8 @@ class SapBertLinker(Pipe):
             raise ValueError(f"top_k must be at least 1, got {top_k}")
         if ambiguous not in AMBIGUOUS_CHOICES:
             raise ValueError(f"ambiguous must be one of {AMBIGUOUS_CHOICES}, got {ambiguous!r}")
+        if fusion_weight is not None and not 0.0 <= fusion_weight < 1.0:
+            raise ValueError(f"fusion_weight must be in [0, 1) or None, got {fusion_weight}")
         if len({cui_attr, candidates_attr, parts_attr}) < 3:
             raise ValueError("cui_attr, candidates_attr and parts_attr must differ")
         self.vocab = vocab
@@ -293,6 +302,7 @@ class SapBertLinker(Pipe):
         self.parts_attr = parts_attr
         self.split_composites = split_composites
         self.exact_names = exact_names
+        self.fusion_weight = fusion_weight
         self.batch_size = batch_size
         self.cache_size = cache_size
         self.device = device
@@ -312,6 +322,14 @@ class SapBertLinker(Pipe):
         if self.threshold is not None:
             return float(self.threshold)
         found = self.linking_kb.calibrated_threshold if self.linking_kb is not None else None
+        return 0.0 if found is None else found
+
+    @property
+    def effective_fusion_weight(self) -> float:
+        """``fusion_weight``, or when it is None the weight stored in the KB (``LinkingKB.tuned_fusion_weight``), else 0.0."""
+        if self.fusion_weight is not None:
+            return float(self.fusion_weight)
+        found = self.linking_kb.tuned_fusion_weight if self.linking_kb is not None else None
         return 0.0 if found is None else found
 
     @property
@@ -468,7 +486,8 @@ class SapBertLinker(Pipe):
                 self._cache.move_to_end(k)
         if missing:
             vectors = self._query_vectors(missing)
-            for key, cands in zip(missing, self.linking_kb.candidates(vectors, top_k=self.top_k, queries=missing)):
+            found_now = self.linking_kb.candidates(vectors, top_k=self.top_k, queries=missing, fusion_weight=self.effective_fusion_weight)
+            for key, cands in zip(missing, found_now):
                 self._cache[key] = cands
         found = {k: self._cache[k] for k in keys}
         # Evict least recently used entries, never the ones this batch needs.
@@ -499,11 +518,12 @@ class SapBertLinker(Pipe):
         return out
 
     def _cache_key(self) -> Dict[str, Any]:
-        """What the cached candidates depend on: the KB, its index, the encoder, its precision, ``top_k``
-        and ``exact_names``."""
+        """What the cached candidates depend on: the KB, its index, the encoder, its precision, ``top_k``,
+        ``exact_names`` and the fusion weight."""
         assert self.linking_kb is not None and self.encoder is not None
         return {"kb": self.linking_kb.meta["kb_fingerprint"], "index": self.linking_kb.index.meta, "encoder": self.encoder.fingerprint,
-                "precision": self.encoder.precision, "top_k": self.top_k, "exact_names": self.exact_names}
+                "precision": self.encoder.precision, "top_k": self.top_k, "exact_names": self.exact_names,
+                "fusion_weight": self.effective_fusion_weight}
 
     def save_cache(self, path: Union[str, Path]) -> int:
         """Write the mention cache (normalised query → candidates, least recently used first) to

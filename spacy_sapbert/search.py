@@ -19,11 +19,13 @@ from .index import VectorIndex
 from .kb import ConceptKB
 from .normalize import WORD, content_keys
 from .records import ConceptRecord
+from .sparse import CharTfidf
 
 FORMAT = "spacy-sapbert-linking-kb"
 VERSION = 1
 META_FILE = "meta.json"
 CALIBRATION_KEY = "calibration"  # the NIL threshold chosen on dev mentions (``calibration.py``), in the meta
+FUSION_KEY = "fusion"  # the sparse + dense fusion weight chosen on dev (``store_fusion``), in the meta
 BELOW_ONE = float(np.nextafter(1.0, 0.0))  # the highest score a name that is not the query itself gets
 # A broader concept this close to the top candidate's score is ranked first when the top name adds
 # words the mention lacks ("systolic murmur": "Systolic heart murmur" 0.963 over its subtype
@@ -61,6 +63,7 @@ class LinkingKB:
         self.kb = kb
         self.index = index
         self.meta = meta
+        self._sparse: Optional[CharTfidf] = None
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -106,6 +109,19 @@ class LinkingKB:
         found = self.meta.get(CALIBRATION_KEY)
         return float(found["threshold"]) if isinstance(found, dict) and found.get("threshold") is not None else None
 
+    @property
+    def tuned_fusion_weight(self) -> Optional[float]:
+        """The sparse + dense fusion weight chosen on dev and stored in the meta (``store_fusion``), if any."""
+        found = self.meta.get(FUSION_KEY)
+        return float(found["weight"]) if isinstance(found, dict) and found.get("weight") is not None else None
+
+    @property
+    def sparse(self) -> CharTfidf:
+        """The names' character 3-gram TF-IDF (fitted on first use: a second or two per 100k names)."""
+        if self._sparse is None:
+            self._sparse = CharTfidf(self.kb.names)
+        return self._sparse
+
     # ------------------------------------------------------------------ checks
     @property
     def encoder_fingerprint(self) -> str:
@@ -129,7 +145,8 @@ class LinkingKB:
         return self.index.search(vectors, k)
 
     def candidates(
-        self, vectors: np.ndarray, top_k: int = 5, name_k: Optional[int] = None, queries: Optional[Sequence[str]] = None
+        self, vectors: np.ndarray, top_k: int = 5, name_k: Optional[int] = None, queries: Optional[Sequence[str]] = None,
+        fusion_weight: float = 0.0,
     ) -> List[List[Candidate]]:
         """Concept candidates per query vector: best name score per concept, best first.
 
@@ -137,12 +154,20 @@ class LinkingKB:
         1.0000001). With ``queries`` (the normalised query strings), a name equal to its query
         scores exactly 1.0 and every other name less, so ``threshold=1.0`` keeps exact names only;
         in a KB with a hierarchy, a broader concept may then be ranked first (``prefer_broader``).
+        ``fusion_weight`` w > 0 (needs ``queries``): each of the ``name_k`` nearest names scores
+        (1 - w) × its cosine + w × the cosine of the query's and the name's character 3-gram TF-IDF
+        vectors (``sparse.CharTfidf``), which rewards shared spelling the encoder missed.
         """
         name_k = name_k or max(4 * top_k, 20)
         scores, rows = self.search_names(vectors, name_k)
         scores = np.clip(np.asarray(scores, dtype=np.float64), -1.0, 1.0)
         if queries is not None and len(queries) != len(scores):
             raise ValueError(f"{len(queries)} queries for {len(scores)} vectors")
+        if fusion_weight:
+            if queries is None:
+                raise ValueError("sparse + dense fusion needs the query strings")
+            sparse_scores = self.sparse.pair_scores(queries, rows).astype(np.float64)
+            scores = (1.0 - fusion_weight) * scores + fusion_weight * sparse_scores
         out: List[List[Candidate]] = []
         for i, (srow, rrow) in enumerate(zip(scores, rows)):
             best: Dict[int, Candidate] = {}
@@ -182,12 +207,16 @@ class LinkingKB:
                 return [cand] + ranked[:j] + ranked[j + 1 :]
         return ranked
 
-    def link(self, encoder: SapEncoder, mentions: Sequence[str], top_k: int = 5, batch_size: int = 128) -> List[List[Candidate]]:
-        """Normalise, encode and search ``mentions`` (checks the encoder first)."""
+    def link(
+        self, encoder: SapEncoder, mentions: Sequence[str], top_k: int = 5, batch_size: int = 128, fusion_weight: Optional[float] = None
+    ) -> List[List[Candidate]]:
+        """Normalise, encode and search ``mentions`` (checks the encoder first); ``fusion_weight``
+        None: the stored one (``tuned_fusion_weight``), else 0."""
         self.check_encoder(encoder)
         queries = [self.kb.normalize(m) for m in mentions]
         vectors = encoder.encode(queries, batch_size=batch_size)
-        return self.candidates(vectors, top_k=top_k, queries=queries)
+        weight = self.tuned_fusion_weight if fusion_weight is None else fusion_weight
+        return self.candidates(vectors, top_k=top_k, queries=queries, fusion_weight=weight or 0.0)
 
     # ------------------------------------------------------------------ disk
     def to_disk(self, path: Union[str, Path]) -> None:
@@ -213,11 +242,23 @@ class LinkingKB:
 
 def store_calibration(kb_folder: Union[str, Path], calibration: Dict[str, object]) -> None:
     """Write ``calibration`` into the KB folder's ``meta.json`` (atomically; the KB data is untouched)."""
+    _store_meta_entry(kb_folder, CALIBRATION_KEY, calibration)
+
+
+def store_fusion(kb_folder: Union[str, Path], fusion: Dict[str, object]) -> None:
+    """Write the fusion weight chosen on dev (``{"weight": w, ...}`` with how it was chosen) into the
+    KB folder's ``meta.json``; a linker whose ``fusion_weight`` is None then uses it."""
+    if not isinstance(fusion.get("weight"), (int, float)) or not 0.0 <= float(fusion["weight"]) < 1.0:  # type: ignore[arg-type]
+        raise ValueError(f"a fusion weight must be in [0, 1), got {fusion.get('weight')!r}")
+    _store_meta_entry(kb_folder, FUSION_KEY, fusion)
+
+
+def _store_meta_entry(kb_folder: Union[str, Path], key: str, value: Dict[str, object]) -> None:
     path = Path(kb_folder) / META_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{kb_folder} is not a spacy-sapbert KB folder (no {META_FILE})")
     meta = read_json(path)
-    meta[CALIBRATION_KEY] = dict(calibration)
+    meta[key] = dict(value)
     write_json(path, meta)
 
 

@@ -186,3 +186,17 @@ def test_table_shows_what_a_library_moves_and_why_a_run_failed(monkeypatch):
     assert "1 failed, 2 passed; failed: `test_y`" in table
     row = next(line for line in table.splitlines() if line.startswith("| spacy-curated-transformers |"))
     assert "5 CPU min" in row and "fails: `TypeError: only 0-dimensional arrays can be converted`" in row
+
+
+def test_fusion_weight_is_chosen_on_dev_and_the_table_shows_the_change(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    fusion = _load("fusion")
+    dev = [{"weight": 0.0, "link_f1": 0.80}, {"weight": 0.2, "link_f1": 0.81}, {"weight": 0.35, "link_f1": 0.81}]
+    assert fusion.choose(dev) == 0.2  # the best, and of equals the smaller
+    assert fusion.choose(dev[:1] + [{"weight": 0.5, "link_f1": 0.79}]) == 0.0
+    scores = lambda acc, f1: {"gold_spans": {"lenient_acc@1": acc, "strict_acc@1": acc - 5, "mentions_per_s": 900.0},  # noqa: E731
+                              "end_to_end": {"link_f1": f1, "abstracts_per_s": 30.0}}
+    row = {"dataset": "ncbi-disease", "dictionary": "ontology", "dev": dev, "chosen_weight": 0.2,
+           "test": {"0.0": scores(80.0, 0.70), "0.2": scores(81.5, 0.705)}}
+    table = fusion.render({"command": "python benchmarks/fusion.py", "machine": {"cpu": "x"}, "weights": [0.0, 0.2, 0.35], "rows": [row]})
+    assert "| ncbi-disease | ontology | 0.0: 80.0, 0.2: 81.0, 0.35: 81.0 | 0.2 | 80.0 → 81.5 (+1.5) | 75.0 → 76.5 (+1.5) | 70.0 → 70.5 (+0.5) |" in table

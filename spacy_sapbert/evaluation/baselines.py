@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
-from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
-from scipy import sparse
 
 from ..kb import ConceptKB
+from ..sparse import CharTfidf
 
 # The program that runs under the scispacy environment lives with the benchmarks (it imports
 # nothing from this package); the scispacy baseline runs from a source checkout.
@@ -35,65 +34,15 @@ class ExactMatchRanker:
         return [[] if r is None else [r] for r in rows]
 
 
-def char_ngrams(text: str, n: int = 3) -> List[str]:
-    """Character n-grams of each word padded with a space on both sides (sklearn's ``char_wb``)."""
-    grams: List[str] = []
-    for word in text.split():
-        padded = f" {word} "
-        if len(padded) <= n:
-            grams.append(padded)
-        else:
-            grams.extend(padded[i : i + n] for i in range(len(padded) - n + 1))
-    return grams
-
-
 class TfidfRanker:
-    """Cosine similarity of character 3-gram TF-IDF vectors: BioSyn's sparse side, scispacy's linker."""
+    """Cosine similarity of character 3-gram TF-IDF vectors (BioSyn's sparse side, scispacy's
+    linker): the linker's own sparse scorer (``sparse.CharTfidf``) ranking every name."""
 
     def __init__(self, names: Sequence[str], n: int = 3):
-        self.n = n
-        self.vocab: Dict[str, int] = {}
-        rows = [Counter(char_ngrams(name, n)) for name in names]
-        for counts in rows:
-            for g in counts:
-                self.vocab.setdefault(g, len(self.vocab))
-        counts_matrix = self._count_matrix(rows)
-        df = np.bincount(counts_matrix.indices, minlength=len(self.vocab))
-        self.idf = (np.log((1 + len(names)) / (1 + df)) + 1.0).astype(np.float32)
-        self.matrix_t = self._weigh(counts_matrix).T.tocsr()
+        self.tfidf = CharTfidf(names, n)
 
-    def _count_matrix(self, rows: Sequence[Counter]) -> sparse.csr_matrix:
-        indptr = np.zeros(len(rows) + 1, np.int64)
-        indices: List[int] = []
-        data: List[float] = []
-        for i, counts in enumerate(rows):
-            known = [(self.vocab[g], c) for g, c in counts.items() if g in self.vocab]
-            indices.extend(j for j, _ in known)
-            data.extend(c for _, c in known)
-            indptr[i + 1] = len(indices)
-        return sparse.csr_matrix(
-            (np.asarray(data, np.float32), np.asarray(indices, np.int64), indptr), shape=(len(rows), len(self.vocab))
-        )
-
-    def _weigh(self, counts: sparse.csr_matrix) -> sparse.csr_matrix:
-        weighted = counts.multiply(self.idf[None, :]).tocsr()
-        norms = np.sqrt(np.asarray(weighted.multiply(weighted).sum(axis=1)).ravel())
-        norms[norms == 0] = 1.0
-        return sparse.diags(1.0 / norms).dot(weighted).tocsr().astype(np.float32)
-
-    def rank(self, queries: Sequence[str], k: int, batch_size: int = 64) -> List[List[int]]:
-        out: List[List[int]] = []
-        for start in range(0, len(queries), batch_size):
-            batch = [Counter(char_ngrams(q, self.n)) for q in queries[start : start + batch_size]]
-            scores = (self._weigh(self._count_matrix(batch)) @ self.matrix_t).tocsr()
-            for i in range(scores.shape[0]):
-                row = scores.getrow(i)
-                if row.nnz == 0:
-                    out.append([])
-                    continue
-                top = np.argsort(-row.data, kind="stable")[:k]
-                out.append(row.indices[top].tolist())
-        return out
+    def rank(self, queries: Sequence[str], k: int, batch_size: int = 256) -> List[List[int]]:
+        return self.tfidf.rank(queries, k, batch_size)
 
 
 def scispacy_entities(kb: ConceptKB) -> List[Dict[str, object]]:

@@ -405,7 +405,7 @@ def evaluate_end_to_end(
         options["split"] = split
     if nested is not None:
         options["nested"] = nested
-    for key in ("ambiguous", "threshold"):
+    for key in ("ambiguous", "threshold", "fusion_weight"):
         if key in (linker_config or {}):
             options[key] = (linker_config or {})[key]
     if threshold_sweep:
@@ -452,6 +452,7 @@ def evaluate_end_to_end(
         "span_finder_config": span_finder_config or {},
         "nested": nested,
         "threshold": linker.effective_threshold,
+        "fusion_weight": linker.effective_fusion_weight,
         "threshold_sweep": sweep,
         "kb": kb_info,
         "encoder": linker.encoder.describe(),

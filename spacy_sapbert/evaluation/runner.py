@@ -196,15 +196,18 @@ def _make_ranker(system: str, kb: ConceptKB, python: Optional[PathLike], cache_d
     raise ValueError(f"system must be one of {SYSTEMS}, got {system!r}")
 
 
-def gold_span_pipeline(kb_folder: PathLike, linking_kb: LinkingKB, encoder: SapEncoder, *, abbreviations: bool = True, composites: bool = True, batch_size: int = 128):
+def gold_span_pipeline(kb_folder: PathLike, linking_kb: LinkingKB, encoder: SapEncoder, *, abbreviations: bool = True, composites: bool = True,
+                       batch_size: int = 128, fusion_weight: Optional[float] = None):
     """``build_pipeline(kb, detector="gold")`` with the loaded KB and encoder attached to its linker.
 
     The linker keeps ``LINKER_TOP_K`` concepts per query (enough for five distinct predictions)
-    and also links the span group ``gold_spans.GOLD_SPANS_KEY`` (documents whose gold mentions overlap).
+    and also links the span group ``gold_spans.GOLD_SPANS_KEY`` (documents whose gold mentions overlap);
+    ``fusion_weight``: the linker's setting (None: the KB's).
     """
     from ..pipelines import build_pipeline
 
-    config = {"top_k": LINKER_TOP_K, "spans_key": GOLD_SPANS_KEY, "split_composites": composites, "batch_size": batch_size}
+    config = {"top_k": LINKER_TOP_K, "spans_key": GOLD_SPANS_KEY, "split_composites": composites, "batch_size": batch_size,
+              "fusion_weight": fusion_weight}
     nlp = build_pipeline(kb_folder, detector="gold", encoder=encoder.source, abbreviations=abbreviations, linker_config=config)
     find_linker(nlp).set_kb(linking_kb, encoder)
     return nlp
@@ -222,13 +225,15 @@ def _pipeline_rankings(
     composites: bool,
     spelling: bool,
     progress: bool,
+    fusion_weight: Optional[float] = None,
 ) -> Tuple[List[List[Ranking]], Dict[str, object], float, int, Optional[List[List[Ranking]]]]:
     """Per test query, the linker's rankings (one per linked part), read from ``nlp.pipe`` over
     the test documents with the gold spans set; also what to record, the pipeline's seconds, the
     number of searched strings and, when the spell-check list was applied, the rankings without it
     (its measured effect: the one preprocessing step left outside the pipeline)."""
     folder, kb_info = dictionary_kb_folder(kb, encoder, cache_dir, batch_size, progress)
-    nlp = gold_span_pipeline(folder, LinkingKB.from_disk(folder), encoder, abbreviations=abbreviations, composites=composites, batch_size=batch_size)
+    nlp = gold_span_pipeline(folder, LinkingKB.from_disk(folder), encoder, abbreviations=abbreviations, composites=composites,
+                             batch_size=batch_size, fusion_weight=fusion_weight)
     fixes = load_spelling(dataset, data_dir) if spelling else None
     documents = datasets.load_split(dataset, "test", data_dir)
     links = link_gold_mentions(nlp, documents, fixes, batch_size=batch_size)
@@ -240,7 +245,8 @@ def _pipeline_rankings(
     info: Dict[str, object] = {
         "encoder": encoder.describe(),
         "pipeline": [name for name, _ in nlp.pipeline],
-        "pipeline_options": {"abbreviations": abbreviations, "split_composites": composites, "linker_top_k": LINKER_TOP_K},
+        "pipeline_options": {"abbreviations": abbreviations, "split_composites": composites, "linker_top_k": LINKER_TOP_K,
+                             "fusion_weight": find_linker(nlp).effective_fusion_weight},
         "gold_spans": links.stats(),
         **kb_info,
     }
@@ -290,13 +296,15 @@ def evaluate(
     abbreviations: bool = True,
     composites: bool = True,
     spelling: bool = True,
+    fusion_weight: Optional[float] = None,
 ) -> Dict[str, object]:
     """Evaluate one system on the test split of ``dataset``; accuracies are in percent.
 
     ``system``: ``encoder`` (``encoder_path``; None = the offline MiniLM base model) links the
     gold spans with ``sapbert_linker`` in ``nlp.pipe``; ``abbreviations`` and ``composites``
     switch the pipeline's expansion and splitting, ``spelling`` the benchmark's spell-check
-    list (the one preprocessing step outside the pipeline). ``exact``, ``tfidf`` and
+    list (the one preprocessing step outside the pipeline), ``fusion_weight`` the linker's sparse +
+    dense fusion (None: the KB's stored weight, else off). ``exact``, ``tfidf`` and
     ``scispacy`` (``encoder_path`` = a python with scispacy installed) rank the harness's
     preprocessed strings. ``mentions_per_s`` times the linking of the test mentions (the
     pipeline for ``encoder``; dictionary encoding and index building excluded);
@@ -316,7 +324,8 @@ def evaluate(
             if cache_dir is None:
                 cache_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="sapbert-eval-"))
             rankings, system_info, query_s, searched, without_spelling = _pipeline_rankings(
-                dataset, test, kb, encoder, cache_dir, data_dir, batch_size, abbreviations, composites, spelling, progress
+                dataset, test, kb, encoder, cache_dir, data_dir, batch_size, abbreviations, composites, spelling, progress,
+                fusion_weight,
             )
             setup_s = time.perf_counter() - t0 - query_s
         else:
