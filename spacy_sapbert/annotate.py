@@ -226,22 +226,47 @@ class _ProcessShards:
 
     def shards(self, docs: Iterator[InputDocument], start: int, shard_size: int, progress: _Progress) -> Iterator[Shard]:
         """Each shard of ``docs`` as a task, at most two per process waiting or running; finished
-        shards come back as they finish (``OutputFolder`` commits them in order)."""
+        shards come back as they finish (``OutputFolder`` commits them in order). The input is read
+        by a thread of its own, so a finished shard is committed even while the input stalls (a
+        pipe, a slow disk)."""
+        import queue
+        import threading
         from concurrent.futures import FIRST_COMPLETED, wait
 
+        chunks: "queue.Queue[Any]" = queue.Queue(maxsize=1)
+
+        def read() -> None:
+            try:
+                while True:
+                    chunk = list(islice(docs, shard_size))
+                    chunks.put(chunk)
+                    if not chunk:
+                        return
+            except BaseException as e:  # raised below, in the run's thread
+                chunks.put(e)
+
+        threading.Thread(target=read, name="annotate-input", daemon=True).start()
         running: Dict[Any, int] = {}  # future: shard index
-        for index in count(start):
-            chunk = list(islice(docs, shard_size))
-            if not chunk:
-                break
-            if len(running) >= 2 * self.n_process:
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
+        index, exhausted = start, False
+        while not exhausted or running:
+            if not exhausted and len(running) < 2 * self.n_process:
+                try:
+                    chunk = chunks.get(timeout=0.05 if running else None)
+                except queue.Empty:
+                    chunk = None
+                if isinstance(chunk, BaseException):
+                    raise chunk
+                if chunk == []:
+                    exhausted = True
+                elif chunk:
+                    running[self.pool.submit(_run_shard, index, chunk, self.output_format, self.batch_size)] = index
+                    index += 1
+                    continue
+            if running:
+                done, _ = wait(running, timeout=0.05, return_when=FIRST_COMPLETED)
                 for future in sorted(done, key=running.__getitem__):
                     del running[future]
                     yield self._result(future, progress)
-            running[self.pool.submit(_run_shard, index, chunk, self.output_format, self.batch_size)] = index
-        for future in sorted(running, key=running.__getitem__):
-            yield self._result(future, progress)
 
     @staticmethod
     def _result(future: Any, progress: _Progress) -> Shard:
@@ -259,6 +284,9 @@ _worker: Optional[ShardWorker] = None  # a worker process's pipeline (set by its
 def _start_worker(spec: PipelineSpec, max_chars: int, cache_dir: Optional[PathLike], cache_size: Optional[int],
                   threads: int, ready: Any) -> None:
     global _worker
+    import threading
+
+    threading.Thread(target=_exit_with_driver, args=(os.getppid(),), daemon=True).start()
     try:
         if threads:
             import faiss
@@ -271,6 +299,15 @@ def _start_worker(spec: PipelineSpec, max_chars: int, cache_dir: Optional[PathLi
     except BaseException as e:
         ready.put(f"{type(e).__name__}: {e}")
         raise
+
+
+def _exit_with_driver(driver: int) -> None:
+    """A worker whose driver is gone (a SIGKILL leaves it no time to stop the pool) exits too, rather
+    than wait for tasks that will never come."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != driver:
+            os._exit(1)
 
 
 def _run_shard(index: int, docs: Sequence[InputDocument], output_format: str, batch_size: int) -> Shard:

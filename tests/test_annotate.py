@@ -226,9 +226,24 @@ def test_cli_exit_status_and_message_count_the_failures(tmp_path, kb):
 FIFO = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe")
 
 
+def children_of(pid: int) -> List[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
 @FIFO
-def test_killed_run_resumes_to_the_same_bytes(tmp_path, kb):
-    """SIGKILL mid-shard (the run waits for input in shard 2), then a restart with the same arguments."""
+@pytest.mark.parametrize("n_process", [1, 2])
+def test_killed_run_resumes_to_the_same_bytes(tmp_path, kb, n_process):
+    """SIGKILL mid-shard (the run waits for input in shard 2), then a restart with the same arguments;
+    with worker processes, they exit with the driver."""
     source = tmp_path / "corpus.jsonl"  # a FIFO for the first run: it blocks where the test stops writing
     os.mkfifo(source)
     texts = TEXTS + ["Fever again."] * 10
@@ -237,7 +252,7 @@ def test_killed_run_resumes_to_the_same_bytes(tmp_path, kb):
     lines[3] = '{"id": "broken"\n'  # an error in a finished shard
     out = tmp_path / "out"
     args = [sys.executable, "-m", "spacy_sapbert", "annotate", str(source), str(out), "--kb", str(kb), "--detector", "ruler",
-            "--shard-size", "10", "--batch-size", "4"]
+            "--shard-size", "10", "--batch-size", "4", "--n-process", str(n_process)]
     proc = subprocess.Popen(args, cwd=ROOT, stderr=subprocess.PIPE)
     with open(source, "w") as fifo:
         fifo.writelines(lines[:25])
@@ -247,8 +262,14 @@ def test_killed_run_resumes_to_the_same_bytes(tmp_path, kb):
             assert time.time() < deadline and proc.poll() is None, proc.stderr.read().decode()  # type: ignore[union-attr]
             time.sleep(0.05)
         time.sleep(0.5)  # it has read documents 20-24 of shard 2 and waits for the rest
+        workers = [p for p in children_of(proc.pid) if "resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+        assert len(workers) == (n_process if n_process > 1 else 0)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+    deadline = time.time() + 10
+    while any(Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] for p in workers):
+        assert time.time() < deadline, "worker processes outlived their driver"
+        time.sleep(0.1)
     assert json.loads((out / "manifest.json").read_text())["complete"] is False
     with open(out / "errors.jsonl", "a") as f:  # as if it had died while committing shard 2
         f.write('{"id": "half-written"')
