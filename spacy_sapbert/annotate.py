@@ -35,6 +35,7 @@ from .shards import (
     PipelineSpec,
     Shard,
     ShardWorker,
+    tasks_in_flight,
 )
 
 
@@ -225,48 +226,13 @@ class _ProcessShards:
         return described
 
     def shards(self, docs: Iterator[InputDocument], start: int, shard_size: int, progress: _Progress) -> Iterator[Shard]:
-        """Each shard of ``docs`` as a task, at most two per process waiting or running; finished
-        shards come back as they finish (``OutputFolder`` commits them in order). The input is read
-        by a thread of its own, so a finished shard is committed even while the input stalls (a
-        pipe, a slow disk)."""
-        import queue
-        import threading
-        from concurrent.futures import FIRST_COMPLETED, wait
+        """Each shard of ``docs`` as a task, at most two per process waiting or running
+        (``shards.tasks_in_flight``); ``OutputFolder`` commits them in order."""
+        def submit(index: int, chunk: List[InputDocument]) -> Any:
+            return self.pool.submit(_run_shard, index, chunk, self.output_format, self.batch_size)
 
-        chunks: "queue.Queue[Any]" = queue.Queue(maxsize=1)
-
-        def read() -> None:
-            try:
-                while True:
-                    chunk = list(islice(docs, shard_size))
-                    chunks.put(chunk)
-                    if not chunk:
-                        return
-            except BaseException as e:  # raised below, in the run's thread
-                chunks.put(e)
-
-        threading.Thread(target=read, name="annotate-input", daemon=True).start()
-        running: Dict[Any, int] = {}  # future: shard index
-        index, exhausted = start, False
-        while not exhausted or running:
-            if not exhausted and len(running) < 2 * self.n_process:
-                try:
-                    chunk = chunks.get(timeout=0.05 if running else None)
-                except queue.Empty:
-                    chunk = None
-                if isinstance(chunk, BaseException):
-                    raise chunk
-                if chunk == []:
-                    exhausted = True
-                elif chunk:
-                    running[self.pool.submit(_run_shard, index, chunk, self.output_format, self.batch_size)] = index
-                    index += 1
-                    continue
-            if running:
-                done, _ = wait(running, timeout=0.05, return_when=FIRST_COMPLETED)
-                for future in sorted(done, key=running.__getitem__):
-                    del running[future]
-                    yield self._result(future, progress)
+        for future in tasks_in_flight(docs, shard_size, start, 2 * self.n_process, submit):
+            yield self._result(future, progress)
 
     @staticmethod
     def _result(future: Any, progress: _Progress) -> Shard:

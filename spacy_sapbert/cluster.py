@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import threading
 import uuid
-from itertools import islice
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from .documents import InputDocument
 from .fileio import PathLike
-from .shards import PipelineSpec, Shard, ShardWorker
+from .shards import PipelineSpec, Shard, ShardWorker, tasks_in_flight
 
 try:
     from distributed import WorkerPlugin
@@ -84,21 +83,12 @@ class DaskShards:
         self.fingerprint, self.components = next(iter(described.values()))
 
     def shards(self, docs: Iterator[InputDocument], start: int, shard_size: int, progress: Any) -> Iterator[Shard]:
-        """Each shard of ``docs`` as a task; at most two per worker thread wait or run at a time."""
-        from distributed import as_completed
+        """Each shard of ``docs`` as a task, at most two per worker thread waiting or running
+        (``shards.tasks_in_flight``); ``OutputFolder`` commits them in order."""
+        def submit(index: int, chunk: List[InputDocument]) -> Any:
+            return self.client.submit(_run_shard, self.name, index, chunk, self.output_format, self.batch_size, pure=False)
 
-        window = 2 * max(1, sum(self.client.nthreads().values()))
-        running = as_completed()
-        index = start
-        while True:
-            chunk = list(islice(docs, shard_size))
-            if not chunk:
-                break
-            if running.count() >= window:
-                yield self._result(next(running), progress)
-            running.add(self.client.submit(_run_shard, self.name, index, chunk, self.output_format, self.batch_size, pure=False))
-            index += 1
-        for future in running:
+        for future in tasks_in_flight(docs, shard_size, start, 2 * max(1, sum(self.client.nthreads().values())), submit):
             yield self._result(future, progress)
 
     def _result(self, future: Any, progress: Any) -> Shard:

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -35,6 +35,7 @@ DEFAULT_MAX_CHARS = 1_000_000  # spaCy's own nlp.max_length
 ENCODER_PASS_ROWS = 16
 TAGGER_PASS_WINDOWS = 1
 SEARCH_PASS_QUERIES = 64
+POLL_SECONDS = 0.05  # how often a run with shards in flight looks for finished ones
 CACHE_FOLDER = "mention-cache"  # a local run's mention caches, inside OUTPUT unless given elsewhere
 _OUR_FILES = re.compile(r"^(part-\d{5}\.(jsonl|pubtator|spacy)|manifest\.json|errors\.jsonl|\..*\.tmp)$")
 
@@ -392,6 +393,54 @@ def annotate_shard(
     with nlp.memory_zone():
         results = link_documents(nlp, docs, batch_size=batch_size, max_chars=max_chars)
         return make_shard(index, results, output_format, linkers, progress)
+
+
+def tasks_in_flight(
+    docs: Iterator[InputDocument], shard_size: int, start: int, window: int, submit: Callable[[int, List[InputDocument]], Any]
+) -> Iterator[Any]:
+    """Each shard of ``docs`` submitted (``submit(index, documents)`` returns a future: a process
+    pool's or Dask's), at most ``window`` waiting or running, and the futures yielded as they finish.
+    The input is read by a thread of its own, so a finished shard is yielded (and committed) even
+    while the input stalls (a pipe, a slow disk)."""
+    import queue
+    import threading
+    import time
+
+    chunks: "queue.Queue[Any]" = queue.Queue(maxsize=1)
+
+    def read() -> None:
+        try:
+            while True:
+                chunk = list(islice(docs, shard_size))
+                chunks.put(chunk)
+                if not chunk:
+                    return
+        except BaseException as e:  # raised below, in the run's thread
+            chunks.put(e)
+
+    threading.Thread(target=read, name="annotate-input", daemon=True).start()
+    running: Dict[Any, int] = {}  # future: shard index
+    index, exhausted = start, False
+    while not exhausted or running:
+        if not exhausted and len(running) < window:
+            try:
+                chunk = chunks.get(timeout=POLL_SECONDS if running else None)
+            except queue.Empty:
+                chunk = None
+            if isinstance(chunk, BaseException):
+                raise chunk
+            if chunk == []:
+                exhausted = True
+            elif chunk:
+                running[submit(index, chunk)] = index
+                index += 1
+                continue
+        done = sorted((f for f in running if f.done()), key=running.__getitem__)
+        for future in done:
+            del running[future]
+            yield future
+        if not done and running and (exhausted or len(running) >= window):
+            time.sleep(POLL_SECONDS)
 
 
 # ---------------------------------------------------------------------------- the output folder
