@@ -316,21 +316,22 @@ class SapBertLinker(Pipe):
         register_span_attribute(candidates_attr, as_candidates)
         register_span_attribute(parts_attr, as_parts)
 
+    def _own_or_kb(self, own: Optional[float], stored: str) -> float:
+        """A setting: its own value, or when it is None the one the KB stores (``LinkingKB.<stored>``), else 0.0."""
+        if own is not None:
+            return float(own)
+        found = getattr(self.linking_kb, stored) if self.linking_kb is not None else None
+        return 0.0 if found is None else float(found)
+
     @property
     def effective_threshold(self) -> float:
         """``threshold``, or when it is None the KB's calibrated threshold (``LinkingKB.calibrated_threshold``), else 0.0."""
-        if self.threshold is not None:
-            return float(self.threshold)
-        found = self.linking_kb.calibrated_threshold if self.linking_kb is not None else None
-        return 0.0 if found is None else found
+        return self._own_or_kb(self.threshold, "calibrated_threshold")
 
     @property
     def effective_fusion_weight(self) -> float:
         """``fusion_weight``, or when it is None the weight stored in the KB (``LinkingKB.tuned_fusion_weight``), else 0.0."""
-        if self.fusion_weight is not None:
-            return float(self.fusion_weight)
-        found = self.linking_kb.tuned_fusion_weight if self.linking_kb is not None else None
-        return 0.0 if found is None else found
+        return self._own_or_kb(self.fusion_weight, "tuned_fusion_weight")
 
     @property
     def labels(self) -> Tuple[str, ...]:
