@@ -166,6 +166,14 @@ def _fraction(value: object) -> str:
     return f"{value:.3f}" if isinstance(value, float) else _fmt(value)
 
 
+def _threshold_cell(result: Mapping[str, object]) -> str:
+    """An end-to-end row's NIL threshold and how it was chosen (⁴ end to end on dev, ⁵ on the dev gold mentions)."""
+    value = f"{float(result.get('threshold') or 0.0):.4g}"  # type: ignore[arg-type]
+    if result.get("threshold_chosen_on_dev") is not None:
+        return f"{value} ⁴"
+    return f"{value} ⁵" if result.get("dev_calibration") else value
+
+
 def render_end_to_end_table(results: Sequence[Mapping[str, object]], machine: Mapping[str, object]) -> str:
     """Markdown: one row per (dataset, detector, dictionary), TaggerOne's published row under each dataset it reports."""
     lines = [
@@ -178,28 +186,27 @@ def render_end_to_end_table(results: Sequence[Mapping[str, object]], machine: Ma
         "written with their gold ids (TaggerOne-style lexicon), their counts per concept the KB's priors, which pick "
         "the concept of an ambiguous name (the linker's default `ambiguous: \"first\"`).",
         "",
-        "| dataset | detector | dictionary | mention P | mention R | mention F1 | overlap F1 | link P | link R | link F1 "
-        "| doc F1 | abstracts/s | peak RSS MB |",
-        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| dataset | detector | dictionary | NIL threshold | mention P | mention R | mention F1 | overlap F1 | link P | link R "
+        "| link F1 | doc F1 | abstracts/s | peak RSS MB |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     datasets = list(dict.fromkeys([d for d in BENCHMARKS if any(r.get("dataset") == d for r in results)] + list(TAGGERONE)))
     for dataset in datasets:
         for r in (r for r in results if r.get("dataset") == dataset):
             detector = f"{r.get('detector')}, saved pipeline `{r['pipeline_name']}` ²" if r.get("pipeline_name") else str(r.get("detector"))
-            if r.get("threshold_chosen_on_dev") is not None:
-                detector += f", NIL threshold {r['threshold_chosen_on_dev']} ⁴"
             head = f"| {dataset} | {detector} | {r.get('dictionary')} |"
             if r.get("skipped"):
                 reason = str(r["skipped"]).replace("|", "\\|").replace("\n", " ")[:200]
-                lines.append(f"{head} skipped: {reason} |" + " |" * (len(E2E_KEYS) - 1))
+                lines.append(f"{head} skipped: {reason} |" + " |" * len(E2E_KEYS))
                 continue
+            head += f" {_threshold_cell(r)} |"
             cells = [_fraction(r.get(k)) if k.endswith(("_p", "_r", "_f1")) else _fmt(r.get(k)) for k in E2E_KEYS]
             lines.append(f"{head} " + " | ".join(cells) + " |")
         if dataset in TAGGERONE:
             ner_f, norm_f = TAGGERONE[dataset]
-            lines.append(f"| {dataset} | *TaggerOne (cited)* | lexicon + training | – | – | {ner_f} | – | – | – | {norm_f} ¹ | – | – | – |")
+            lines.append(f"| {dataset} | *TaggerOne (cited)* | lexicon + training | – | – | – | {ner_f} | – | – | – | {norm_f} ¹ | – | – | – |")
         if dataset in CDR_BEST_DNER:
-            lines.append(f"| {dataset} | *best BioCreative V team (cited)* | – | – | – | – | – | – | – | – | {CDR_BEST_DNER[dataset]} ³ | – | – |")
+            lines.append(f"| {dataset} | *best BioCreative V team (cited)* | – | – | – | – | – | – | – | – | – | {CDR_BEST_DNER[dataset]} ³ | – | – |")
     lines += [
         "",
         f"¹ {TAGGERONE_SOURCE}; its normalisation F-score is in the link F1 column.",
@@ -208,10 +215,14 @@ def render_end_to_end_table(results: Sequence[Mapping[str, object]], machine: Ma
         "is (`evaluate --end-to-end --pipeline DIR`); its linker for the dataset's label is scored; its speed and memory "
         "are the whole pipeline's, both linkers included.",
         f"³ {CDR_SOURCE}.",
-        "⁴ The linker's NIL threshold (`threshold`: a span whose best KB name scores below it gets no concept, so it is "
-        "no linking prediction) chosen on the dev split, its lexicon the train mentions (`evaluate --end-to-end --split "
-        "dev --sweep-threshold`: the best link F1 of the grid), then applied to the test split (`--threshold`); other "
-        "rows link every span (threshold 0).",
+        "*NIL threshold*: the linker's `threshold` (a span whose best KB name scores below it gets no concept, so it is "
+        "no linking prediction; 0 links every span). ⁵ What `evaluate --end-to-end` does by default for the "
+        "dictionaries it builds: the threshold chosen on the dev split's gold mentions as a KB's calibration is "
+        "(`calibration.calibrate`: max F1 of the linker's answers), against the dictionary a dev run has (*paper*: "
+        "the train mentions only). ⁴ Chosen instead on the dev split end to end, with this detector (`evaluate "
+        "--end-to-end --split dev --sweep-threshold`: the best link F1 of the grid), then given (`--threshold`). "
+        "Unmarked: the KB's own calibration (the saved pipelines' KBs, chosen by `calibrate` on the NCBI-disease and "
+        "BC5CDR dev mentions in `spacy project run build-pipelines`), or 0 where a KB has none.",
         "",
         "Unlinkable gold mentions (`-1`) count for the mention scores; for linking they are left out (a prediction on "
         "exactly such a span is neither right nor wrong). abstracts/s times `nlp.pipe` over the test abstracts after a "

@@ -235,6 +235,36 @@ def info(path: Path = typer.Argument(..., exists=True, help="A KB folder or a sa
     typer.echo(json.dumps(found, indent=2, ensure_ascii=False))
 
 
+@app.command("calibrate")
+def calibrate_command(
+    kb: Path = typer.Argument(..., exists=True, file_okay=False, help="A KB folder (build-kb); the threshold goes into its meta.json"),
+    dev: List[Path] = typer.Argument(..., exists=True, dir_okay=False, help="Annotated dev documents: PubTator, or GSC+ (.tsv)"),
+    entity_type: List[str] = typer.Option([], "--type", help="Keep only mentions of this PubTator type (repeat it; default: all)"),
+    label: str = typer.Option("CONCEPT", help="Label given to the gold spans (a pipeline's linker may link only some labels)"),
+    encoder: Optional[str] = typer.Option(None, help="Encoder folder (default: the one the KB was built with)"),
+    nil_weight: float = typer.Option(0.0, help="An answer on a left-out gold concept counts as this fraction of a false positive"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the choice; leave the KB as it is"),
+) -> None:
+    """Choose the linker's NIL threshold on dev gold mentions and store it in the KB (used when the linker's threshold is unset)."""
+    from .calibration import calibrate_kb_folder
+    from .evaluation.datasets import read_gscplus, read_pubtator
+
+    documents = []
+    for path in dev:
+        docs = read_gscplus(path) if path.suffix == ".tsv" else read_pubtator(path)
+        if entity_type:
+            for d in docs:
+                d.mentions = [m for m in d.mentions if m.entity_type in entity_type]
+        documents += docs
+    if not any(d.mentions for d in documents):
+        raise ValueError(f"{', '.join(map(str, dev))}: no mention" + (f" of type {', '.join(entity_type)}" if entity_type else ""))
+    described = " + ".join(path.name for path in dev) + (f" ({', '.join(entity_type)})" if entity_type else "")
+    record = calibrate_kb_folder(kb, documents, described, label=label, encoder=encoder, nil_weight=nil_weight, store=not dry_run)
+    record.pop("curve")
+    typer.echo(json.dumps(record, indent=2, ensure_ascii=False))
+    typer.echo(f"{'chose' if dry_run else 'stored in ' + str(kb / 'meta.json') + ':'} NIL threshold {record['threshold']}", err=True)
+
+
 @app.command("demo")
 def demo(
     note: Optional[Path] = typer.Option(None, exists=True, help="A text file (default: the bundled clinical note)"),
@@ -322,7 +352,7 @@ def evaluate(
     ambiguous: Optional[str] = typer.Option(None, help="With --end-to-end: the linker's 'ambiguous' setting, first or none (default: the linker's)"),
     nested: Optional[str] = typer.Option(None, help="With --end-to-end and a span_finder detector: keep nested mentions (all, or coordinations) in a span group the linker links, and score them too"),
     pipeline: Optional[Path] = typer.Option(None, exists=True, file_okay=False, help="With --end-to-end: a saved pipeline (build-pipeline) run as it is; its linker for the dataset's label is scored (--detector and --dictionary name the row)"),
-    threshold: Optional[float] = typer.Option(None, help="With --end-to-end: the linker's NIL threshold (default: the KB's calibrated one, else 0)"),
+    threshold: Optional[float] = typer.Option(None, help="With --end-to-end: the linker's NIL threshold (default: the KB's calibrated one; for a dictionary built here, the one chosen on the dev gold mentions; 0 links every span)"),
     fusion_weight: Optional[float] = typer.Option(None, help="The linker's sparse + dense fusion weight w in [0, 1): (1 - w) dense + w char 3-gram TF-IDF (default: the KB's stored one, else 0: off)"),
     sweep_threshold: bool = typer.Option(False, "--sweep-threshold", help="With --end-to-end: also score the run at a grid of NIL thresholds (use --split dev to choose one)"),
     spelling: bool = typer.Option(True, help="Gold spans: apply the benchmark's spell-check list (outside the pipeline)"),

@@ -188,3 +188,33 @@ def test_shipped_calibration_replaces_an_older_shipped_one_but_not_the_users(kb_
         assert LinkingKB.from_disk(kb_path).calibrated_threshold == 0.5
     finally:
         store_calibration(kb_path, {"threshold": None})
+
+
+def test_calibrate_command_reads_dev_files_filters_types_and_stores(kb_path, tiny_bert_path, tmp_path):
+    """``calibrate KB DEV --type T``: only mentions of type T are dev cases; ``--dry-run`` leaves the
+    KB alone, the plain run stores what it printed; a file without such mentions is an error."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from spacy_sapbert.cli import app
+
+    dev = tmp_path / "dev.PubTator.txt"
+    dev.write_text("1|t|Seizure and pyrexia.\n1|a|Also gout and aspirin.\n"
+                   "1\t0\t7\tSeizure\tPhenotype\tHP:1\n1\t12\t19\tpyrexia\tPhenotype\tHP:3\n"
+                   "1\t26\t30\tgout\tPhenotype\tHP:99\n1\t35\t42\taspirin\tChemical\tD001241\n\n", encoding="utf8")
+    args = ["calibrate", str(kb_path), str(dev), "--type", "Phenotype", "--encoder", str(tiny_bert_path)]
+    dry = CliRunner().invoke(app, args + ["--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    record = json.loads(dry.stdout)
+    assert record["cases"] == {"in_kb": 2, "nil": 1, "left_out": 2}  # the chemical is no case
+    assert record["dev"] == "dev.PubTator.txt (Phenotype)"
+    assert LinkingKB.from_disk(kb_path).calibrated_threshold is None
+    try:
+        stored = CliRunner().invoke(app, args)
+        assert stored.exit_code == 0, stored.output
+        assert LinkingKB.from_disk(kb_path).calibrated_threshold == json.loads(stored.stdout)["threshold"] == record["threshold"]
+    finally:
+        store_calibration(kb_path, {"threshold": None})
+    none = CliRunner().invoke(app, ["calibrate", str(kb_path), str(dev), "--type", "Disease"])
+    assert none.exit_code == 1 and "no mention of type Disease" in none.output

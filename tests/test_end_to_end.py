@@ -197,7 +197,8 @@ def test_threshold_sweep_scores_one_run_at_each_nil_threshold(mini_ncbi, tmp_pat
         progress=False, threshold_sweep=(0.0, 0.99, 1.5),
     )
     low, high, above = result["threshold_sweep"]
-    assert low["link_f1"] == high["link_f1"] == result["link_f1"] > 0 and result["threshold"] == 0.0
+    assert low["link_f1"] == high["link_f1"] == result["link_f1"] > 0
+    assert result["threshold"] == result["dev_calibration"]["threshold"] < 0.99  # dev: one exact name, nothing to abstain on
     assert above["threshold"] == 1.5 and above["link_p"] == 0 and above["link_r"] == 0
     assert above["mention_f1"] == result["mention_f1"]
     strict = evaluate_end_to_end(
@@ -205,3 +206,28 @@ def test_threshold_sweep_scores_one_run_at_each_nil_threshold(mini_ncbi, tmp_pat
         progress=False, linker_config={"threshold": 1.5},
     )
     assert strict["link_f1"] == 0 and strict["mention_f1"] == result["mention_f1"] and "--threshold 1.5" in strict["command"]
+
+
+def test_the_default_nil_threshold_is_chosen_on_the_dev_gold_mentions(mini_ncbi, tmp_path, tiny_bert_path):
+    """A dictionary built for the test split has no calibration: its NIL threshold is the one
+    ``calibrate_kb_folder`` chooses on the dev gold mentions against the dev run's dictionary,
+    applied, recorded and cached; a given threshold wins; a dev run links every span."""
+    from spacy_sapbert.calibration import calibrate_kb_folder
+    from spacy_sapbert.evaluation.end_to_end import dev_calibration, load_documents, prepare_kb
+
+    run = dict(data_dir=mini_ncbi, cache_dir=tmp_path, build_in_child=False, progress=False)
+    result = evaluate_end_to_end("ncbi-disease", "ruler", "paper", tiny_bert_path, **run)
+    chosen = result["dev_calibration"]
+    dev_kb, _ = prepare_kb("ncbi-disease", "paper", tiny_bert_path, tmp_path, mini_ncbi, progress=False, split="dev")
+    expected = calibrate_kb_folder(dev_kb, load_documents("ncbi-disease", "dev", mini_ncbi), "dev", encoder=tiny_bert_path,
+                                   label="Disease", store=False, linker_config={"precision": "fp32", "device": "cpu"})
+    assert chosen["threshold"] == expected["threshold"] != 0.0 and chosen["cases"] == {"in_kb": 1, "nil": 0, "left_out": 1}
+    assert result["threshold"] == chosen["threshold"] and result["threshold_source"].startswith("chosen on the dev")
+    assert "--threshold" not in result["command"]  # the command reproduces the choice, not its value
+    assert len(list((tmp_path / "calibrations").glob("ncbi-disease-*.json"))) == 1
+    settings = {"precision": "fp32", "device": "cpu"}
+    assert dev_calibration("ncbi-disease", "paper", tiny_bert_path, tmp_path, mini_ncbi, linker_config=settings, progress=False) == chosen
+    given = evaluate_end_to_end("ncbi-disease", "ruler", "paper", tiny_bert_path, linker_config={"threshold": 0.0}, **run)
+    assert given["threshold"] == 0.0 and given["threshold_source"] == "given" and given["dev_calibration"] is None
+    on_dev = evaluate_end_to_end("ncbi-disease", "ruler", "paper", tiny_bert_path, split="dev", **run)
+    assert on_dev["threshold"] == 0.0 and on_dev["dev_calibration"] is None

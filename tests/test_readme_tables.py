@@ -54,11 +54,13 @@ def test_table_lists_the_spell_check_list_with_its_measured_effect(tables):
 def test_end_to_end_table_cites_taggerone_and_fills_only_its_block(tmp_path, tables):
     row = {"dataset": "ncbi-disease", "detector": "ruler", "dictionary": "ontology", "mention_p": 0.9, "mention_r": 0.5,
            "mention_f1": 0.6429, "overlap_f1": 0.7, "link_p": 0.8, "link_r": 0.4, "link_f1": 0.5333, "doc_f1": 0.6,
-           "abstracts_per_s": 40.0, "peak_rss_mb": 900.0, "threads": 1}
+           "abstracts_per_s": 40.0, "peak_rss_mb": 900.0, "threads": 1, "threshold": 0.9001, "dev_calibration": {"threshold": 0.9001}}
+    tuned = {**row, "dictionary": "paper", "threshold": 0.94, "threshold_chosen_on_dev": 0.94, "dev_calibration": None}
     skipped = {"dataset": "bc5cdr-chemical", "detector": "ner", "dictionary": "paper", "skipped": "OSError: no model"}
-    table = tables.render_end_to_end_table([row, skipped], {"cpu": "cpu", "nproc": 2})
+    table = tables.render_end_to_end_table([row, tuned, skipped], {"cpu": "cpu", "nproc": 2})
     lines = table.splitlines()
-    assert "| ncbi-disease | ruler | ontology | 0.900 | 0.500 | 0.643 | 0.700 | 0.800 | 0.400 | 0.533 | 0.600 | 40.0 | 900.0 |" in lines
+    assert "| ncbi-disease | ruler | ontology | 0.9001 ⁵ | 0.900 | 0.500 | 0.643 | 0.700 | 0.800 | 0.400 | 0.533 | 0.600 | 40.0 | 900.0 |" in lines
+    assert any(line.startswith("| ncbi-disease | ruler | paper | 0.94 ⁴ |") for line in lines)
     assert any("*TaggerOne (cited)*" in line and "0.829" in line and "0.807" in line for line in lines)
     assert any("*TaggerOne (cited)*" in line and "0.914" in line and "0.895" in line for line in lines)
     assert len({line.count("|") for line in lines if line.startswith("| ")}) == 1  # every row has every column
@@ -82,6 +84,15 @@ def test_results_summary_reads_only_the_results_json(tmp_path, tables):
         {"dataset": "ncbi-disease", "dictionary": "paper", "system": "encoder", "label": "ours", "lenient_acc@1": 92.19},
         {"dataset": "ncbi-disease", "dictionary": "paper", "system": "exact", "label": "exact", "lenient_acc@1": 99.0},
     ]})
+    base = {"dataset": "ncbi-disease", "dictionary": "paper", "detector": "ner-trf"}
+    write_json(tmp_path / "end_to_end.json", {"results": [
+        {**base, "link_f1": 0.7916, "threshold": 0.89984, "dev_calibration": {"threshold": 0.89984}},
+        {**base, "link_f1": 0.7797, "threshold": 0.0, "detector": "ner"},
+        {**base, "link_f1": 0.8, "threshold": 0.9, "threshold_chosen_on_dev": 0.9},  # tuned end to end: not a default row
+        {**base, "link_f1": 0.81, "threshold": 0.0, "pipeline_name": "bc5cdr"},  # a saved pipeline: not a default row
+    ]})
     text = summary.render(tmp_path)
+    assert ("| raw text to concepts, ncbi-disease | link F1 0.7916 (ner-trf, NIL threshold 0.8998 chosen on dev gold mentions, "
+            "ontology + train/dev names) | End-to-end |") in text
     assert "| NIL threshold, HPO default (chosen on GSC+ dev) | 0.92: precision 0.7 → 0.8, 0.16 of in-KB mentions left unlinked |" in text
     assert "lenient Acc@1 92.2 (ours); the SapBERT paper: 92.3" in text and "99.0" not in text  # encoder rows only

@@ -262,6 +262,41 @@ def prepare_kb(
     return str(folder), info
 
 
+def dev_calibration(
+    dataset: str,
+    dictionary: str,
+    encoder_path: Optional[PathLike],
+    cache_dir: PathLike,
+    data_dir: PathLike = datasets.DEFAULT_DATA_DIR,
+    resources_dir: PathLike = datasets.DEFAULT_RESOURCES_DIR,
+    linker_config: Optional[Mapping[str, object]] = None,
+    progress: bool = True,
+) -> Dict[str, object]:
+    """The NIL threshold for a dictionary built here, chosen as a KB's calibration is
+    (``calibration.calibrate``, what MEDIC's shipped one was chosen by) on the dataset's dev gold
+    mentions, against the dictionary as a dev run has it (the *paper* lexicon: train mentions
+    only). Cached in ``cache_dir/calibrations`` by dataset, dev KB folder and linker settings."""
+    from ..calibration import calibrate_kb_folder
+    from ..fileio import read_json, write_json
+    from .runner import names_hash
+
+    settings = dict(linker_config or {})
+    precision = str(settings.get("precision", "fp32"))
+    folder, _ = prepare_kb(dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, precision, 128, progress, "dev")
+    key = names_hash([json.dumps(settings, sort_keys=True)])[:8]
+    path = Path(cache_dir) / "calibrations" / f"{dataset}-{Path(folder).name}-{key}.json"
+    if path.is_file():
+        return read_json(path)
+    documents = load_documents(dataset, "dev", data_dir)
+    record = calibrate_kb_folder(folder, documents, f"{dataset} dev gold mentions ({len(documents)} documents), {dictionary} dictionary "
+                                 "as a dev run has it", label=SPECS[dataset].label, encoder=encoder_path, store=False,
+                                 linker_config=settings)
+    record.pop("curve", None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, record)
+    return record
+
+
 def linker_for_label(nlp, label: str):
     """The saved pipeline's linker that links ``label`` (a linker of every label if none names it)."""
     from ..linker import SapBertLinker
@@ -330,10 +365,16 @@ def evaluate_end_to_end(
     linker's NIL threshold values to score the same run at (``threshold_sweep`` in the result; the
     pipeline runs with threshold 0, and the main scores are at the configured one): run on
     ``split="dev"`` to choose one.
+
+    The NIL threshold, unless ``linker_config`` sets one: the KB's calibrated one; for a
+    dictionary built here (which has none) on the test split, the one ``dev_calibration`` chooses
+    on the dev gold mentions (``threshold_source`` and ``dev_calibration`` in the result); else 0.
     """
     import spacy
 
+    from ..fileio import read_json
     from ..machine import machine_description, peak_rss_mb
+    from ..search import CALIBRATION_KEY, META_FILE
     from ..pipelines import DETECTORS as PIPELINE_DETECTORS
     from ..pipelines import SHIPPED_NERS, build_pipeline, ner_detector
     from .gold_spans import find_linker
@@ -360,13 +401,20 @@ def evaluate_end_to_end(
         kb_folder, kb_info = _in_child(prepare_kb, *args) if build_in_child else prepare_kb(*args)
     prepare_s = time.perf_counter() - t0
 
+    settings: Dict[str, object] = {"precision": precision, "device": "cpu", **(linker_config or {})}
+    calibration: Optional[Dict[str, object]] = None
+    if pipeline is None and split == "test" and settings.get("threshold") is None \
+            and read_json(Path(kb_folder) / META_FILE).get(CALIBRATION_KEY) is None:
+        args = (dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, settings, progress)
+        calibration = _in_child(dev_calibration, *args) if build_in_child else dev_calibration(*args)
+        settings["threshold"] = calibration["threshold"]
+
     set_threads(threads)
     t1 = time.perf_counter()
     if pipeline is None:
         nlp = build_pipeline(
             kb_folder, detector, encoder=encoder_path, labels=[spec.label], ner_model=ner_model,
-            abbreviations=abbreviations, linker_config={"precision": precision, "device": "cpu", **(linker_config or {})},
-            span_finder_config=span_finder_config, nested=nested,
+            abbreviations=abbreviations, linker_config=settings, span_finder_config=span_finder_config, nested=nested,
         )
         linker = find_linker(nlp)
     else:
@@ -400,6 +448,14 @@ def evaluate_end_to_end(
     gold_not_token_aligned = sum(doc.char_span(g.start, g.end) is None for document, doc in zip(documents, docs)
                                  for g in gold_spans(document))
 
+    if (linker_config or {}).get("threshold") is not None:
+        threshold_source = "given"
+    elif calibration is not None:
+        threshold_source = "chosen on the dev gold mentions (dev_calibration)"
+    elif linker.linking_kb.calibrated_threshold is not None:
+        threshold_source = "the KB's calibration"
+    else:
+        threshold_source = "none: every span linked (0)"
     options: Dict[str, object] = {"encoder": encoder_path, "ner_model": ner_model, "pipeline": pipeline}
     if split != "test":
         options["split"] = split
@@ -452,6 +508,8 @@ def evaluate_end_to_end(
         "span_finder_config": span_finder_config or {},
         "nested": nested,
         "threshold": linker.effective_threshold,
+        "threshold_source": threshold_source,
+        "dev_calibration": calibration,
         "fusion_weight": linker.effective_fusion_weight,
         "threshold_sweep": sweep,
         "kb": kb_info,
