@@ -29,7 +29,7 @@ from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Seq
 
 import numpy as np
 
-from .search import store_calibration
+from .search import store_calibration, store_fusion
 
 PathLike = Union[str, os.PathLike]
 METHOD = (
@@ -208,17 +208,40 @@ def calibrate_kb_folder(
     nil_weight: float = 0.0,
     store: bool = True,
     linker_config: Optional[Mapping[str, Any]] = None,
+    fusion_weights: Sequence[float] = (),
 ) -> Dict[str, Any]:
     """Choose the threshold for the KB folder on dev ``documents`` (gold spans through the shipped
     gold-span pipeline; ``spelling``: a typo list applied to the mention words first) and, with
-    ``store``, write it into the folder's meta. Returns the record, plus its ``curve`` (not stored)."""
+    ``store``, write it into the folder's meta. Returns the record, plus its ``curve`` (not stored).
+
+    ``fusion_weights``: first choose the linker's sparse + dense fusion weight among them, by the
+    share of dev mentions whose top concept is gold (ties: the smaller weight; 0 = off), store it
+    too (``search.store_fusion``) and choose the threshold at that weight (``fusion`` in the record)."""
     from .evaluation.gold_spans import GOLD_SPANS_KEY
     from .pipelines import build_pipeline
 
-    config = {**(linker_config or {}), "spans_key": GOLD_SPANS_KEY}  # overlapping gold mentions go to this group
-    nlp = build_pipeline(kb_folder, "gold", encoder=None if encoder is None else str(encoder), label=label, linker_config=config)
-    outcomes = linker_outcomes(nlp, documents, spelling)
+    documents = list(documents)
+
+    def outcomes_at(settings: Mapping[str, Any]) -> List[Outcome]:
+        config = {**(linker_config or {}), **settings, "spans_key": GOLD_SPANS_KEY}  # overlapping gold mentions go to this group
+        nlp = build_pipeline(kb_folder, "gold", encoder=None if encoder is None else str(encoder), label=label, linker_config=config)
+        return linker_outcomes(nlp, documents, spelling)
+
+    fusion: Optional[Dict[str, Any]] = None
+    if fusion_weights:
+        tried = {float(w): outcomes_at({"fusion_weight": float(w)}) for w in sorted(set(fusion_weights))}
+        accuracy = {w: evaluate_threshold(found, -1.0)["answered_right"] for w, found in tried.items()}
+        weight = max(accuracy, key=lambda w: (accuracy[w], -w))
+        fusion = {"weight": weight, "method": "the best share of dev mentions whose top concept is gold (ties: the smaller weight)",
+                  "dev": dev, "top_concept_right_by_weight": {str(w): a for w, a in accuracy.items()}}
+        outcomes = tried[weight]
+    else:
+        outcomes = outcomes_at({})
     record = calibrate(outcomes, dev, nil_weight)
+    if fusion is not None:
+        record["fusion"] = fusion
     if store:
+        if fusion is not None:
+            store_fusion(kb_folder, fusion)
         store_calibration(kb_folder, record)
     return {**record, "curve": curve(outcomes, nil_weight)}

@@ -243,9 +243,10 @@ def calibrate_command(
     label: str = typer.Option("CONCEPT", help="Label given to the gold spans (a pipeline's linker may link only some labels)"),
     encoder: Optional[str] = typer.Option(None, help="Encoder folder (default: the one the KB was built with)"),
     nil_weight: float = typer.Option(0.0, help="An answer on a left-out gold concept counts as this fraction of a false positive"),
+    fusion_weight: List[float] = typer.Option([], "--fusion-weight", help="Also choose the sparse + dense fusion weight among these (repeat it; include 0 to allow off) and store it"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the choice; leave the KB as it is"),
 ) -> None:
-    """Choose the linker's NIL threshold on dev gold mentions and store it in the KB (used when the linker's threshold is unset)."""
+    """Choose the linker's NIL threshold (and fusion weight) on dev gold mentions and store them in the KB (used when the linker's settings are unset)."""
     from .calibration import calibrate_kb_folder
     from .evaluation.datasets import read_gscplus, read_pubtator
 
@@ -259,10 +260,12 @@ def calibrate_command(
     if not any(d.mentions for d in documents):
         raise ValueError(f"{', '.join(map(str, dev))}: no mention" + (f" of type {', '.join(entity_type)}" if entity_type else ""))
     described = " + ".join(path.name for path in dev) + (f" ({', '.join(entity_type)})" if entity_type else "")
-    record = calibrate_kb_folder(kb, documents, described, label=label, encoder=encoder, nil_weight=nil_weight, store=not dry_run)
+    record = calibrate_kb_folder(kb, documents, described, label=label, encoder=encoder, nil_weight=nil_weight, store=not dry_run,
+                                 fusion_weights=fusion_weight)
     record.pop("curve")
     typer.echo(json.dumps(record, indent=2, ensure_ascii=False))
-    typer.echo(f"{'chose' if dry_run else 'stored in ' + str(kb / 'meta.json') + ':'} NIL threshold {record['threshold']}", err=True)
+    fusion = f", fusion weight {record['fusion']['weight']}" if "fusion" in record else ""
+    typer.echo(f"{'chose' if dry_run else 'stored in ' + str(kb / 'meta.json') + ':'} NIL threshold {record['threshold']}{fusion}", err=True)
 
 
 @app.command("demo")

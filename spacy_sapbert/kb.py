@@ -210,16 +210,22 @@ class ConceptKB:
 
     def concepts_of_name(self, name_row: int) -> np.ndarray:
         """Concept rows of one name row, the likeliest first: the highest ``concept_priors``, then
-        the best-described concept (the most names), then record order.
+        the concepts whose preferred name it is, then the best-described concept (the most names),
+        then record order.
 
         That order is the linker's guess when a name alone cannot decide: a name shared by a
         well-described concept and a sparse one (MEDIC's "aniridia": the MeSH heading with its
-        synonyms, and an OMIM entry with one name) usually means the former.
+        synonyms, and an OMIM entry with one name) usually means the former. A concept's own
+        preferred name comes before that: MeSH's "Ketamine" (D007649, one name) is also an entry
+        term of Esketamine ("(-)-Ketamine", five more names) once punctuation is stripped, and
+        "ketamine" in text means Ketamine.
         """
         rows = self.name_concepts[self.name_offsets[name_row] : self.name_offsets[name_row + 1]]
         if len(rows) < 2:
             return rows
-        keys = [-self.name_counts[rows]]
+        name = self.names[name_row]
+        preferred = np.fromiter((self.normalize(self.concept_names[r]) == name for r in rows.tolist()), dtype=np.int8, count=len(rows))
+        keys = [-self.name_counts[rows], -preferred]
         if self.concept_priors is not None:
             keys.append(-np.asarray(self.concept_priors)[rows])
         return rows[np.lexsort(keys)]  # stable; the last key sorts first

@@ -200,3 +200,17 @@ def test_fusion_weight_is_chosen_on_dev_and_the_table_shows_the_change(monkeypat
            "test": {"0.0": scores(80.0, 0.70), "0.2": scores(81.5, 0.705)}}
     table = fusion.render({"command": "python benchmarks/fusion.py", "machine": {"cpu": "x"}, "weights": [0.0, 0.2, 0.35], "rows": [row]})
     assert "| ncbi-disease | ontology | 0.0: 80.0, 0.2: 81.0, 0.35: 81.0 | 0.2 | 80.0 → 81.5 (+1.5) | 75.0 → 76.5 (+1.5) | 70.0 → 70.5 (+0.5) |" in table
+
+
+def test_link_errors_sort_a_wrong_top_concept_into_the_first_kind_that_applies(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    kind = _load("link_errors").error_kind
+    exact, near = ("D2", "Remifentanil", 1.0), ("C9", "penicillin N", 0.97)
+    assert kind("remifentanil", False, exact, None, False) == "gold id not in the KB, renamed id"
+    assert kind("quetiapine", False, near, None, False) == "gold id not in the KB"
+    assert kind("ketamine", True, exact, 1, True) == "another concept of the same name first"
+    assert kind("penicillin", True, near, 1, False) == "gold ranked 2-5"
+    assert kind("Na", True, near, None, False) == "short form"
+    assert kind("KF17837", True, near, None, False) == "code or formula"
+    assert kind("dosulepine hydrochloride", True, near, None, False) == "salt or ion word"
+    assert kind("adriamycin", True, near, None, False) == "other"

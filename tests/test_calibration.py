@@ -14,6 +14,7 @@ from spacy_sapbert.calibration import (
     mention_outcomes,
     store_calibration,
 )
+from spacy_sapbert.search import store_fusion
 from spacy_sapbert.evaluation.datasets import Document, Mention
 from spacy_sapbert.records import ConceptRecord as R
 from spacy_sapbert.search import LinkingKB
@@ -216,5 +217,16 @@ def test_calibrate_command_reads_dev_files_filters_types_and_stores(kb_path, tin
         assert LinkingKB.from_disk(kb_path).calibrated_threshold == json.loads(stored.stdout)["threshold"] == record["threshold"]
     finally:
         store_calibration(kb_path, {"threshold": None})
+    fused = CliRunner().invoke(app, args + ["--fusion-weight", "0", "--fusion-weight", "0.5"])
+    try:
+        assert fused.exit_code == 0, fused.output
+        fusion = json.loads(fused.stdout)["fusion"]
+        by_weight = {float(w): a for w, a in fusion["top_concept_right_by_weight"].items()}
+        assert set(by_weight) == {0.0, 0.5} and by_weight[fusion["weight"]] == max(by_weight.values())
+        assert fusion["weight"] == min(w for w, a in by_weight.items() if a == max(by_weight.values()))  # ties: the smaller
+        assert LinkingKB.from_disk(kb_path).tuned_fusion_weight == fusion["weight"]
+    finally:
+        store_calibration(kb_path, {"threshold": None})
+        store_fusion(kb_path, {"weight": 0.0})
     none = CliRunner().invoke(app, ["calibrate", str(kb_path), str(dev), "--type", "Disease"])
     assert none.exit_code == 1 and "no mention of type Disease" in none.output

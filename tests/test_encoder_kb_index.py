@@ -161,6 +161,18 @@ def test_an_ambiguous_names_concepts_come_likeliest_first(tmp_path):
     assert not (tmp_path / "kb" / "concept_priors.npy").exists() and first(ConceptKB.from_disk(tmp_path / "kb")) == ["D3", "D2"]
 
 
+def test_a_concepts_preferred_name_outranks_anothers_synonym():
+    """MeSH: "(-)-Ketamine", an entry term of Esketamine, is "ketamine" once punctuation is
+    stripped, and Esketamine has more names; Ketamine's own name still means Ketamine first,
+    unless priors say otherwise."""
+    records = [R("C1", "Esketamine", ["S-Ketamine", "(-)-Ketamine", "Kataved"]), R("D1", "Ketamine")]
+    first = lambda kb: [kb.concept_ids[c] for c in kb.concepts_of_name(kb.row_of_name("ketamine"))]  # noqa: E731
+    assert first(ConceptKB.from_records(records, strip_punctuation=True)) == ["D1", "C1"]
+    assert first(ConceptKB.from_records(records, strip_punctuation=True, priors={"C1": 1})) == ["C1", "D1"]
+    both = ConceptKB.from_records([R("B", "Aniridia"), R("A", "Aniridia", ["Congenital aniridia"])])  # preferred by both
+    assert [both.concept_ids[c] for c in both.concepts_of_name(both.row_of_name("aniridia"))] == ["A", "B"]  # most names
+
+
 MURMURS = [R("HP:1", "Heart murmur"), R("HP:2", "Systolic heart murmur", parents=["HP:1"]),
            R("HP:3", "Late systolic murmur", parents=["HP:2"]), R("HP:4", "Midsystolic murmur", parents=["HP:2"])]
 

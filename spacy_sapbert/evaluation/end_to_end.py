@@ -273,27 +273,19 @@ def dev_calibration(
     progress: bool = True,
 ) -> Dict[str, object]:
     """The NIL threshold for a dictionary built here, chosen as a KB's calibration is
-    (``calibration.calibrate``, what MEDIC's shipped one was chosen by) on the dataset's dev gold
+    (``calibration.calibrate``, what ``calibrate`` stores in a KB) on the dataset's dev gold
     mentions, against the dictionary as a dev run has it (the *paper* lexicon: train mentions
-    only). Cached in ``cache_dir/calibrations`` by dataset, dev KB folder and linker settings."""
+    only). Chosen again on every run (seconds): it depends on the linker's code, not only on data."""
     from ..calibration import calibrate_kb_folder
-    from ..fileio import read_json, write_json
-    from .runner import names_hash
 
     settings = dict(linker_config or {})
     precision = str(settings.get("precision", "fp32"))
     folder, _ = prepare_kb(dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, precision, 128, progress, "dev")
-    key = names_hash([json.dumps(settings, sort_keys=True)])[:8]
-    path = Path(cache_dir) / "calibrations" / f"{dataset}-{Path(folder).name}-{key}.json"
-    if path.is_file():
-        return read_json(path)
     documents = load_documents(dataset, "dev", data_dir)
     record = calibrate_kb_folder(folder, documents, f"{dataset} dev gold mentions ({len(documents)} documents), {dictionary} dictionary "
                                  "as a dev run has it", label=SPECS[dataset].label, encoder=encoder_path, store=False,
                                  linker_config=settings)
     record.pop("curve", None)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, record)
     return record
 
 
