@@ -14,10 +14,9 @@ from spacy_sapbert.calibration import (
     mention_outcomes,
     store_calibration,
 )
-from spacy_sapbert.search import store_fusion
 from spacy_sapbert.evaluation.datasets import Document, Mention
 from spacy_sapbert.records import ConceptRecord as R
-from spacy_sapbert.search import LinkingKB
+from spacy_sapbert.search import LinkingKB, store_fusion
 
 RECORDS = [
     R("HP:1", "Seizure", ["Epileptic seizure", "Convulsion"]),

@@ -366,9 +366,9 @@ def evaluate_end_to_end(
 
     from ..fileio import read_json
     from ..machine import machine_description, peak_rss_mb
-    from ..search import CALIBRATION_KEY, META_FILE
     from ..pipelines import DETECTORS as PIPELINE_DETECTORS
     from ..pipelines import SHIPPED_NERS, build_pipeline, ner_detector
+    from ..search import CALIBRATION_KEY, META_FILE
     from .gold_spans import find_linker
     from .runner import DICTIONARIES, concept_aliases, set_threads
 
