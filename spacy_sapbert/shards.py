@@ -8,8 +8,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
 import re
 import shutil
+import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from itertools import islice
@@ -402,10 +405,6 @@ def tasks_in_flight(
     pool's or Dask's), at most ``window`` waiting or running, and the futures yielded as they finish.
     The input is read by a thread of its own, so a finished shard is yielded (and committed) even
     while the input stalls (a pipe, a slow disk)."""
-    import queue
-    import threading
-    import time
-
     chunks: "queue.Queue[Any]" = queue.Queue(maxsize=1)
 
     def read() -> None:

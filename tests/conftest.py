@@ -55,6 +55,20 @@ def tiny_bert_path(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def kb_folder(tiny_encoder, tmp_path_factory):
+    """Build a KB folder from concept records with the tiny encoder: ``kb_folder(RECORDS)`` (a
+    test module's ``kb_path``)."""
+    def build(records) -> Path:
+        from spacy_sapbert.search import LinkingKB
+
+        path = tmp_path_factory.mktemp("kb") / "kb"
+        LinkingKB.build(records, tiny_encoder).to_disk(path)
+        return path
+
+    return build
+
+
+@pytest.fixture(scope="session")
 def tiny_encoder(tiny_bert_path):
     from spacy_sapbert.encoder import SapEncoder
 

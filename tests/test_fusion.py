@@ -22,10 +22,8 @@ RECORDS = [
 
 
 @pytest.fixture(scope="module")
-def kb_path(tiny_encoder, tmp_path_factory):
-    path = tmp_path_factory.mktemp("fusion") / "kb"
-    LinkingKB.build(RECORDS, tiny_encoder).to_disk(path)
-    return path
+def kb_path(kb_folder):
+    return kb_folder(RECORDS)
 
 
 def test_tfidf_scores_are_cosines_of_the_names_vectors():

@@ -24,10 +24,8 @@ RECORDS = [
 
 
 @pytest.fixture(scope="module")
-def kb_path(tiny_encoder, tmp_path_factory):
-    path = tmp_path_factory.mktemp("kb") / "kb"
-    LinkingKB.build(RECORDS, tiny_encoder).to_disk(path)
-    return path
+def kb_path(kb_folder):
+    return kb_folder(RECORDS)
 
 
 def make_nlp(kb_path, encoder_path, **config):

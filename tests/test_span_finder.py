@@ -23,10 +23,8 @@ FP32 = {"precision": "fp32"}  # the tiny BERT's vectors are too alike for bf16 r
 
 
 @pytest.fixture(scope="module")
-def kb_path(tiny_encoder, tmp_path_factory):
-    path = tmp_path_factory.mktemp("sf_kb") / "kb"
-    LinkingKB.build(RECORDS, tiny_encoder).to_disk(path)
-    return path
+def kb_path(kb_folder):
+    return kb_folder(RECORDS)
 
 
 def finder_nlp(kb_path, encoder_path, **span_finder):

@@ -289,6 +289,22 @@ def dev_calibration(
     return record
 
 
+def _prepare(dataset: str, dictionary: str, encoder_path: Optional[PathLike], cache_dir: PathLike, data_dir: PathLike,
+             resources_dir: PathLike, settings: Mapping[str, object], progress: bool, split: str
+             ) -> Tuple[str, Dict[str, object], Optional[Dict[str, object]]]:
+    """The split's dictionary KB folder (``prepare_kb``) and, for a test run with no threshold given
+    whose KB has no calibration, the ``dev_calibration`` record; in one (child) process."""
+    from ..fileio import read_json
+    from ..search import CALIBRATION_KEY, META_FILE
+
+    precision = str(settings.get("precision", "fp32"))
+    folder, info = prepare_kb(dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, precision, 128, progress, split)
+    calibration = None
+    if split == "test" and settings.get("threshold") is None and read_json(Path(folder) / META_FILE).get(CALIBRATION_KEY) is None:
+        calibration = dev_calibration(dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, settings, progress)
+    return folder, info, calibration
+
+
 def linker_for_label(nlp, label: str):
     """The saved pipeline's linker that links ``label`` (a linker of every label if none names it)."""
     from ..linker import SapBertLinker
@@ -364,11 +380,9 @@ def evaluate_end_to_end(
     """
     import spacy
 
-    from ..fileio import read_json
     from ..machine import machine_description, peak_rss_mb
     from ..pipelines import DETECTORS as PIPELINE_DETECTORS
     from ..pipelines import SHIPPED_NERS, build_pipeline, ner_detector
-    from ..search import CALIBRATION_KEY, META_FILE
     from .gold_spans import find_linker
     from .runner import DICTIONARIES, concept_aliases, set_threads
 
@@ -387,19 +401,15 @@ def evaluate_end_to_end(
     documents = load_documents(dataset, split, data_dir)
     warmup = [d.text for d in load_documents(dataset, "train", data_dir)[:WARMUP_DOCS]]
 
-    t0 = time.perf_counter()
-    if pipeline is None:
-        args = (dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, precision, 128, progress, split)
-        kb_folder, kb_info = _in_child(prepare_kb, *args) if build_in_child else prepare_kb(*args)
-    prepare_s = time.perf_counter() - t0
-
     settings: Dict[str, object] = {"precision": precision, "device": "cpu", **(linker_config or {})}
     calibration: Optional[Dict[str, object]] = None
-    if pipeline is None and split == "test" and settings.get("threshold") is None \
-            and read_json(Path(kb_folder) / META_FILE).get(CALIBRATION_KEY) is None:
-        args = (dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, settings, progress)
-        calibration = _in_child(dev_calibration, *args) if build_in_child else dev_calibration(*args)
-        settings["threshold"] = calibration["threshold"]
+    t0 = time.perf_counter()
+    if pipeline is None:
+        args = (dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, settings, progress, split)
+        kb_folder, kb_info, calibration = _in_child(_prepare, *args) if build_in_child else _prepare(*args)
+        if calibration is not None:
+            settings["threshold"] = calibration["threshold"]
+    prepare_s = time.perf_counter() - t0
 
     set_threads(threads)
     t1 = time.perf_counter()
