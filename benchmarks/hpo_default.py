@@ -46,7 +46,7 @@ GRID = [
     if r == "longest" or (g == 0.03 and p == 0.96)
 ] + [
     {"threshold": t, "partial_threshold": p, "max_generic_share": g, "resolve": "all", "nested": n}
-    for n in ("all", "coordinations")
+    for n in ("all", "coordinations", "heads")
     for t in (0.9, 0.95)
     for p in (0.96, 0.98)
     for g in (0.01, 0.03)

@@ -353,7 +353,7 @@ def evaluate(
     ner_model: Optional[Path] = typer.Option(None, help="With --end-to-end: a spaCy NER pipeline (default: the shipped one)"),
     split: str = typer.Option("test", help="With --end-to-end: test (report) or dev (tune; lexicon = train mentions)"),
     ambiguous: Optional[str] = typer.Option(None, help="With --end-to-end: the linker's 'ambiguous' setting, first or none (default: the linker's)"),
-    nested: Optional[str] = typer.Option(None, help="With --end-to-end and a span_finder detector: keep nested mentions (all, or coordinations) in a span group the linker links, and score them too"),
+    nested: Optional[str] = typer.Option(None, help="With --end-to-end and a span_finder detector: keep nested mentions (all, coordinations, or heads: also KB names that end a longer mention) in a span group the linker links, and score them too"),
     pipeline: Optional[Path] = typer.Option(None, exists=True, file_okay=False, help="With --end-to-end: a saved pipeline (build-pipeline) run as it is; its linker for the dataset's label is scored (--detector and --dictionary name the row)"),
     threshold: Optional[float] = typer.Option(None, help="With --end-to-end: the linker's NIL threshold (default: the KB's calibrated one; for a dictionary built here, the one chosen on the dev gold mentions; 0 links every span)"),
     fusion_weight: Optional[float] = typer.Option(None, help="The linker's sparse + dense fusion weight w in [0, 1): (1 - w) dense + w char 3-gram TF-IDF (default: the KB's stored one, else 0: off)"),

@@ -22,6 +22,17 @@ RERANK_FILE = "rerank.fp16.npy"  # ivf-pq's full vectors, read row by row (NpyRo
 RERANK_KINDS = ("ivf-pq",)
 RERANK_CANDIDATES = 64  # PQ candidates re-scored per query (recall stopped rising past 64 at 958k names)
 RERANK_CHOICES = (64, 128, 256)  # depths tune_nprobe may pick when more names crowd PQ's ranking
+# A flat index of at least this many names keeps a bf16 copy of its vectors (``SHORTLIST_FILE``):
+# where the CPU does bf16 natively, exact search scores every name in bf16 first and re-scores in fp32
+# only the names that bf16 rounding could have put in the top k (``VectorIndex._shortlist_search``):
+# the same top k, at twice the speed on the MeSH chemicals (benchmarks/flat_search.py).
+SHORTLIST_MIN_NAMES = 200_000  # below it the fp32 pass is as fast (MEDIC, 72k names: slower with the shortlist)
+SHORTLIST_FILE = "shortlist.bf16.npy"  # uint16 bit patterns of bf16, padded with zero rows to whole chunks
+SHORTLIST_CHUNK = 1024  # names per chunk: the search keeps the chunks whose best bf16 score could matter
+# Bound on |bf16 score - fp32 score| per unit of |q|·|x|: both vectors rounded to bf16 (2u + u²), the
+# product rounded to bf16 (u), u = 2^-8; fp32 accumulation adds far less than the margin.
+BF16_UNIT = 2.0**-8
+SHORTLIST_ERROR = 3 * BF16_UNIT + BF16_UNIT**2 + 1e-5
 
 
 TRAIN_SAMPLE = 200_000  # vectors used to train SQ8 ranges and IVF centroids
@@ -203,6 +214,7 @@ class VectorIndex:
         self.pass_queries: Optional[int] = None
         self._gpu_index = None  # a FAISS GPU clone of a compressed index, when faiss-gpu is installed
         self._source: Optional[Tuple[str, FileStamp]] = None  # the folder, when memory-mapped by ``from_disk``
+        self._shortlist = None  # a flat index's bf16 copy (torch, padded to whole chunks): mapped or made once
 
     def __getstate__(self) -> dict:
         """A memory-mapped index pickles as its folder (a worker maps it again: ``nlp.pipe(n_process=...)``
@@ -211,7 +223,7 @@ class VectorIndex:
         if self._source is not None:
             return {"source": self._source, "meta": self.meta, "device": self.device}
         state = dict(self.__dict__)
-        state.update(_device_base=None, _gpu_index=None)
+        state.update(_device_base=None, _gpu_index=None, _shortlist=None)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -286,6 +298,9 @@ class VectorIndex:
             ivf = faiss.extract_index_ivf(index)
             ivf.nprobe = nprobe or default_nprobe(ivf.nlist)
             meta["nprobe"] = int(ivf.nprobe)
+        if kind == "flat" and n >= SHORTLIST_MIN_NAMES:
+            norm = max(float(np.sqrt(np.einsum("nd,nd->n", c, c, dtype=np.float64).max())) for c in chunks if len(c))
+            meta.update(shortlist="bf16", max_norm=norm)
         if kind in RERANK_KINDS:
             meta.update(rerank="fp16", rerank_candidates=RERANK_CANDIDATES)
             return cls(index, meta, rerank=chunks)
@@ -369,23 +384,43 @@ class VectorIndex:
                 out[mine[order]] = chunk[local[order]]
         return out
 
-    def _flat_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
-        """Exact search as a torch matmul + top-k over the index's own (possibly mapped) vectors.
-
-        Same results as FAISS' flat search and much faster here (``benchmarks/flat_search.py``):
-        the faiss-cpu wheel's BLAS path is slow on this CPU, torch's matmul is not. (A bf16
-        candidate pass with fp32 re-scoring was tried on the AMX CPU here: no faster, since the
-        top-k over every name's score costs as much as the fp32 product.)
-        """
+    def _flat_vectors(self):
+        """The flat index's own float32 vectors as a torch tensor (no copy: possibly mapped)."""
         import torch
-
-        from .encoder import fixed_passes
 
         n, d = len(self), self.dim
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # a read-only mapping; we never write to it
-            base = torch.from_numpy(faiss.rev_swig_ptr(self.index.get_xb(), n * d).reshape(n, d))
+            return torch.from_numpy(faiss.rev_swig_ptr(self.index.get_xb(), n * d).reshape(n, d))
+
+    def _shortlist_matrix(self):
+        """The bf16 copy of the vectors, zero rows padding it to whole chunks: the mapped
+        ``SHORTLIST_FILE``, or (an index built in memory) converted once here."""
+        import torch
+
+        if self._shortlist is None:
+            n, d = len(self), self.dim
+            padded = torch.zeros(_whole_chunks(n), d, dtype=torch.bfloat16)
+            padded[:n] = self._flat_vectors()
+            self._shortlist = padded
+        return self._shortlist
+
+    def _flat_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Exact search as a torch matmul + top-k over the index's own (possibly mapped) vectors.
+
+        Same results as FAISS' flat search and much faster here (``benchmarks/flat_search.py``):
+        the faiss-cpu wheel's BLAS path is slow on this CPU, torch's matmul is not. An index with
+        a bf16 shortlist searches through it where the CPU does bf16 natively (``_shortlist_search``).
+        """
+        import torch
+
+        from .encoder import fixed_passes, native_bf16
+
+        n = len(self)
         on_cpu = self.device == "cpu"
+        if on_cpu and self.meta.get("shortlist") == "bf16" and k <= _whole_chunks(n) // SHORTLIST_CHUNK and native_bf16(torch.device("cpu")):
+            return self._shortlist_search(queries, k)
+        base = self._flat_vectors()
         if not on_cpu:
             if self._device_base is None:
                 self._device_base = base.to(self.device, torch.float16)
@@ -403,6 +438,52 @@ class VectorIndex:
                 rows.append(top.indices.cpu().numpy())
         return np.concatenate(scores), np.concatenate(rows).astype(np.int64)
 
+    def _shortlist_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Exact top ``k`` from a bf16 pass over every name and fp32 scores of a few.
+
+        A bf16 score is within ``SHORTLIST_ERROR`` · |q| · max |x| of the fp32 one (``margin`` is twice
+        that). The k-th best chunk
+        maximum is a floor under the k-th best bf16 score, so only chunks whose maximum reaches the
+        floor less twice the error can hold a top-k name; within them, every name whose bf16 score
+        reaches the k-th best less twice the error is scored exactly (float64 sums, each name on its own, so
+        the result does not depend on the other queries), and the best ``k`` are kept, ties by row.
+        """
+        import torch
+
+        from .encoder import fixed_passes
+
+        n = len(self)
+        base, short = self._flat_vectors(), self._shortlist_matrix()
+        n_chunks = short.shape[0] // SHORTLIST_CHUNK
+        block = self.pass_queries or max(1, int(1e8 // short.shape[0]))  # about 200 MB of bf16 scores at a time
+        scores, rows = [], []
+        with torch.inference_mode():
+            for start in range(0, len(queries), block):
+                q = torch.from_numpy(queries[start : start + block])
+                m = len(q)
+                margin = (2 * SHORTLIST_ERROR * float(self.meta.get("max_norm", 1.0))) * q.norm(dim=1, keepdim=True)
+                sims = (fixed_passes({"q": q}, self.pass_queries)["q"].to(torch.bfloat16) @ short.T)[:m]
+                sims[:, n:] = -torch.inf
+                by_chunk = sims.view(m, n_chunks, SHORTLIST_CHUNK)
+                best = by_chunk.amax(2).float()
+                floor = torch.topk(best, k, dim=1).values[:, -1:] - margin
+                query, row = [], []
+                for i in range(m):  # per query: how many chunks can matter varies a lot
+                    chunks = torch.nonzero(best[i] >= floor[i]).squeeze(1)
+                    kept = by_chunk[i, chunks].float()
+                    chunk, pos = torch.nonzero(kept >= torch.topk(kept.view(-1), k).values[-1] - margin[i], as_tuple=True)
+                    row.append(chunks[chunk] * SHORTLIST_CHUNK + pos)
+                    query.append(torch.full((len(pos),), i))
+                query, row = torch.cat(query), torch.cat(row)
+                exact = (base[row].double() * q[query].double()).sum(1).float().numpy()
+                query, row = query.numpy(), row.numpy()
+                order = np.lexsort((row, -exact, query))  # by query, best first, ties by row
+                rank = np.arange(len(order)) - np.searchsorted(query[order], query[order])
+                top = order[rank < k]
+                scores.append(exact[top].reshape(m, k))
+                rows.append(row[top].reshape(m, k))
+        return np.concatenate(scores), np.concatenate(rows).astype(np.int64)
+
     def to_disk(self, path: Union[str, Path]) -> None:
         """Write ``index.faiss`` and ``index.json`` into folder ``path``, each atomically."""
         path = Path(path)
@@ -411,7 +492,21 @@ class VectorIndex:
             faiss.write_index(self.index, str(tmp))
         if self.rerank is not None:
             self._write_rerank(path / RERANK_FILE)
+        if self.meta.get("shortlist"):
+            self._write_shortlist(path / SHORTLIST_FILE)
         write_json(path / INDEX_META, self.meta)
+
+    def _write_shortlist(self, target: Path) -> None:
+        """The bf16 copy as uint16 bit patterns in one ``.npy``, a block at a time, then renamed."""
+        import torch
+
+        short = self._shortlist_matrix()
+        with atomic_path(target) as tmp:
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint16, shape=tuple(short.shape))
+            for at in range(0, short.shape[0], 65536):
+                out[at : at + 65536] = short[at : at + 65536].view(torch.int16).numpy().view(np.uint16)
+            out.flush()
+            del out
 
     def _write_rerank(self, target: Path) -> None:
         """The re-scoring vectors as one fp16 ``.npy``, streamed chunk by chunk, then renamed."""
@@ -451,11 +546,32 @@ class VectorIndex:
                 raise ValueError(f"{path}/{RERANK_FILE} has shape {vectors.shape}, expected ({index.ntotal}, {index.d}): rebuild the index")
             rerank = [vectors]
         loaded = cls(index, meta, rerank=rerank)
+        if meta.get("shortlist"):
+            loaded._shortlist = _read_shortlist(path, index.ntotal, index.d, mmap)
         loaded._apply_search_settings()
         if mmap:
             loaded._source = (str(path.resolve()), file_stamp(path / INDEX_FILE))
         return loaded
 
+
+
+def _whole_chunks(n: int) -> int:
+    """``n`` rounded up to whole shortlist chunks: the rows of the bf16 copy."""
+    return -(-n // SHORTLIST_CHUNK) * SHORTLIST_CHUNK
+
+
+def _read_shortlist(path: Path, n: int, dim: int, mmap: bool):
+    """The bf16 copy ``_write_shortlist`` wrote, as a torch bf16 tensor (mapped when ``mmap``)."""
+    import torch
+
+    if not (path / SHORTLIST_FILE).is_file():
+        raise FileNotFoundError(f"{path} has no {SHORTLIST_FILE}, which its {INDEX_META} says it searches with: rebuild the KB")
+    bits = np.load(path / SHORTLIST_FILE, mmap_mode="r" if mmap else None, allow_pickle=False)
+    if bits.dtype != np.uint16 or bits.shape != (_whole_chunks(n), dim):
+        raise ValueError(f"{path}/{SHORTLIST_FILE} holds {bits.dtype} {bits.shape}, expected uint16 ({_whole_chunks(n)}, {dim}): rebuild the KB")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # a read-only mapping; we never write to it
+        return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
 
 
 def exact_top_k(chunks: Sequence[np.ndarray], queries: np.ndarray, k: int) -> np.ndarray:

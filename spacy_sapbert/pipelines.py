@@ -70,7 +70,7 @@ def build_pipeline(
     ``label`` (default: the first of ``labels``, else ``CONCEPT``). ``kb`` None: the embedded HPO KB.
     ``kb`` may also map entity labels to KB folders (``{"Disease": medic, "Chemical": mesh}``): one
     linker per label, named ``sapbert_linker_<label>``, for a detector that labels its spans (``ner``, ``ner-trf``).
-    ``nested`` (``all`` or ``coordinations``, a span-finder detector only): the span finder also keeps
+    ``nested`` (``all``, ``coordinations`` or ``heads``, a span-finder detector only): the span finder also keeps
     nested mentions ("colitis" in "ulcerative colitis") in ``doc.spans["sapbert_nested"]``, which
     the linkers link too; ``doc.ents`` keeps the longest of overlapping ones.
     """

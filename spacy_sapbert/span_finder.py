@@ -22,10 +22,11 @@ from .abbreviations import expand_abbreviations, find_abbreviations, introduced_
 from .normalize import STOPWORDS, WORD, american_spelling, word_key
 
 RESOLVE_MODES = ("longest", "best", "all")
-# Which spans inside a longer accepted one the span group keeps with ``resolve="all"``: every one,
-# or only those inside a coordination ("plantar pits" in "palmar and plantar pits"), the nested
-# mentions that phenotype corpora annotate most consistently (see benchmarks/hpo_default.py).
-NESTED_MODES = ("all", "coordinations")
+# Which spans inside a longer accepted one the span group keeps with ``resolve="all"``: every one;
+# only those inside a coordination ("plantar pits" in "palmar and plantar pits"), the nested
+# mentions that phenotype corpora annotate most consistently; or those and the KB names that end a
+# longer mention, its head ("colitis" in "ulcerative colitis") (see benchmarks/hpo_default.py).
+NESTED_MODES = ("all", "coordinations", "heads")
 # The function words a mention may contain ("abnormality of the hand", "breast and/or ovarian
 # cancer"); any other ("is", "was", "not", "which") ends a candidate: "cancer is the second" is no mention.
 INNER_WORDS = frozenset("a an and at by during for from in into of on or the to with within without".split())
@@ -327,8 +328,9 @@ def make_span_finder(
     links it. ``max_modifiers``: also propose a name with up to this many KB modifiers before it
     ("hemorrhagic cystitis"), kept at ``modifier_threshold``. ``resolve``: ``longest`` or ``best``
     decide between overlapping spans; ``all`` writes the non-overlapping longest to ``doc.ents`` and
-    keeps nested spans too in ``doc.spans[spans_key]`` (``nested``: every nested span, or only
-    those inside a coordination), for a linker with the same ``spans_key`` to link."""
+    keeps nested spans too in ``doc.spans[spans_key]`` (``nested``: every nested span, only those
+    inside a coordination, or those and the KB names that end a longer span), for a linker with the
+    same ``spans_key`` to link."""
     return SpanFinder(
         nlp, name, linker=linker, label=label, threshold=threshold, partial_threshold=partial_threshold,
         resolve=resolve, max_words=max_words, max_generic_share=max_generic_share, acronyms=acronyms,
@@ -500,10 +502,12 @@ class SpanFinder:
         return dict(zip(ordered, self._linker().top_scores(ordered)))
 
     def _nested(self, scored: Sequence[Tuple[Span, float]], ents: Sequence[Span]) -> List[Span]:
-        """The accepted spans of the span group of ``resolve="all"``: all of them, or with
-        ``nested="coordinations"`` the ``ents`` and the spans inside a longer one only where each
-        such one is a coordination."""
-        spans = sorted((s for s, _ in scored), key=lambda s: (s.start, -len(s)))
+        """The accepted spans of the span group of ``resolve="all"``: all of them, or the ``ents``
+        and the spans inside a longer one only where each such one is a coordination
+        (``nested="coordinations"``) or, with ``nested="heads"``, also where the inner span is a KB
+        name (score 1.0) that ends the longer one."""
+        ordered = sorted(scored, key=lambda x: (x[0].start, -len(x[0])))
+        spans = [s for s, _ in ordered]
         if self.nested == "all":
             return spans
         chosen = {(e.start, e.end) for e in ents}
@@ -511,8 +515,11 @@ class SpanFinder:
         def coordination(span: Span) -> bool:
             return any(t.lower_ in COORDINATORS for t in span[1:-1])
 
-        return [s for s in spans if (s.start, s.end) in chosen or all(
-            coordination(o) for o in spans if o is not s and o.start <= s.start and s.end <= o.end and len(o) > len(s))]
+        def keeps(outer: Span, inner: Span, score: float) -> bool:
+            return coordination(outer) or (self.nested == "heads" and score >= 1.0 and inner.end == outer.end)
+
+        return [s for s, score in ordered if (s.start, s.end) in chosen or all(
+            keeps(o, s, score) for o in spans if o is not s and o.start <= s.start and s.end <= o.end and len(o) > len(s))]
 
     def set_annotations(self, docs: Sequence[Doc], found: List[List[Tuple[Span, float]]]) -> None:
         for doc, scored in zip(docs, found):

@@ -589,3 +589,66 @@ def test_exact_search_with_fixed_passes_scores_a_query_as_it_does_alone():
         for start in range(0, 50, size):
             part = index.search(queries[start : start + size], 5)
             assert (part[0] == together[0][start : start + size]).all() and (part[1] == together[1][start : start + size]).all()
+
+
+@pytest.fixture
+def small_shortlists(monkeypatch):
+    """Shortlists on a test-sized index (small chunks), and the bf16 pass taken on any CPU."""
+    from spacy_sapbert import index as index_module
+
+    monkeypatch.setattr(index_module, "SHORTLIST_MIN_NAMES", 1000)
+    monkeypatch.setattr(index_module, "SHORTLIST_CHUNK", 64)
+    monkeypatch.setattr(encoder_module, "native_bf16", lambda device: True)
+
+
+def _clustered_with_ties(n: int = 6000, dim: int = 48) -> tuple:
+    data = _unit_vectors(n, dim, seed=3, clusters=40)
+    data[100:160] = data[100] + 1e-3 * _unit_vectors(60, dim, seed=4)  # near-duplicate names
+    data[200:210] = data[200]  # exact duplicates: ties broken by row
+    data /= np.linalg.norm(data, axis=1, keepdims=True)
+    rng = np.random.default_rng(5)
+    queries = data[rng.integers(0, n, 200)] + 0.2 * rng.standard_normal((200, dim)).astype(np.float32)
+    queries[:3] = data[[100, 200, 205]]
+    return data, queries / np.linalg.norm(queries, axis=1, keepdims=True)
+
+
+def test_shortlist_search_returns_the_exact_top_k_and_refuses_a_damaged_copy(small_shortlists, tmp_path, monkeypatch):
+    data, queries = _clustered_with_ties()
+    index = VectorIndex.build(data, kind="flat")
+    assert index.meta["shortlist"] == "bf16"
+    used = []
+    monkeypatch.setattr(VectorIndex, "_shortlist_search", lambda self, q, k, f=VectorIndex._shortlist_search: used.append(k) or f(self, q, k))
+    scores, rows = index.search(queries, 20)
+    assert used == [20]
+    exact = (queries.astype(np.float64) @ data.astype(np.float64).T).astype(np.float32)
+    expected = np.lexsort((np.broadcast_to(np.arange(len(data)), exact.shape), -exact), axis=1)[:, :20]
+    np.testing.assert_array_equal(rows, expected)  # the same names, best first, ties by row
+    np.testing.assert_array_equal(scores, np.take_along_axis(exact, expected, 1))
+    assert list(rows[1, :10]) == list(range(200, 210))
+
+    index.to_disk(tmp_path / "idx")
+    loaded = VectorIndex.from_disk(tmp_path / "idx")
+    assert [(loaded.search(queries, 20)[i] == (scores, rows)[i]).all() for i in (0, 1)] == [True, True]
+    np.save(tmp_path / "idx" / "shortlist.bf16.npy", np.zeros((64, data.shape[1]), np.uint16), allow_pickle=False)
+    with pytest.raises(ValueError, match="shortlist.bf16.npy holds uint16 \\(64, 48\\), expected"):
+        VectorIndex.from_disk(tmp_path / "idx")
+    (tmp_path / "idx" / "shortlist.bf16.npy").unlink()
+    with pytest.raises(FileNotFoundError, match="no shortlist.bf16.npy"):
+        VectorIndex.from_disk(tmp_path / "idx")
+
+
+def test_shortlist_search_scores_a_query_as_it_does_alone_and_only_where_bf16_is_native(small_shortlists, monkeypatch):
+    data, queries = _clustered_with_ties()
+    index = VectorIndex.build(data, kind="flat")
+    together = index.search(queries, 10)
+    for size in (1, 7, 50):
+        for start in range(0, 100, size):
+            part = index.search(queries[start : start + size], 10)
+            assert (part[0] == together[0][start : start + size]).all() and (part[1] == together[1][start : start + size]).all()
+    monkeypatch.setattr(encoder_module, "native_bf16", lambda device: False)
+    monkeypatch.setattr(VectorIndex, "_shortlist_search", lambda *a: pytest.fail("bf16 pass on a CPU without native bf16"))
+    fp32 = index.search(queries, 10)
+    np.testing.assert_allclose(fp32[0], together[0], atol=1e-6)  # the same top k (fp32 orders ties its own way)
+    assert np.mean([set(a) == set(b) for a, b in zip(fp32[1], together[1])]) > 0.9
+    small = VectorIndex.build(data[:999], kind="flat")
+    assert "shortlist" not in small.meta  # below SHORTLIST_MIN_NAMES: fp32 only

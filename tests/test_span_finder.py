@@ -325,6 +325,9 @@ def test_nested_mentions_in_a_span_group_the_linker_links(kb_path, tiny_bert_pat
     # "ovarian cancer" inside "Breast and ovarian cancer" stays
     _, doc = run("coordinations")
     assert [s.text for s in doc.spans[NESTED_SPANS_KEY]] == ["ovarian cancer", "Breast and ovarian cancer", "ovarian cancer"]
+    # "heads": also a KB name that ends the longer span ("cancer", a name, ends "ovarian cancer")
+    _, doc = run("heads")
+    assert [s.text for s in doc.spans[NESTED_SPANS_KEY]] == group
     with pytest.raises(ValueError, match="nested"):
         build_pipeline(kb_path, "ruler", encoder=tiny_bert_path, nested="all")
     with pytest.raises(ValueError, match="nested must be one of"):

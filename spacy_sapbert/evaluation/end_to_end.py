@@ -362,8 +362,8 @@ def evaluate_end_to_end(
     documents, with the linker's cache emptied in between (loading the KB is excluded);
     ``peak_rss_mb`` is this process's peak (the dictionary KB is built in a child process).
     ``linker_config`` overrides ``sapbert_linker`` settings (e.g. ``threshold``, ``ambiguous``),
-    ``span_finder_config`` those of ``sapbert_span_finder``. ``nested`` (``all`` or
-    ``coordinations``): the span finder keeps nested mentions in a span group that the linker
+    ``span_finder_config`` those of ``sapbert_span_finder``. ``nested`` (``all``,
+    ``coordinations`` or ``heads``): the span finder keeps nested mentions in a span group that the linker
     links (``build_pipeline(nested=...)``), and they are scored with ``doc.ents``: every distinct
     predicted character span once, a nested gold mention like any other.
 
