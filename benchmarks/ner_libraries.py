@@ -73,7 +73,7 @@ LIBRARIES: Dict[str, Dict[str, object]] = {
 VENVS = {"spacy-transformers": "/tmp/nerlibs-st", "spacy-curated-transformers": "/tmp/nerlibs-ct",
          CURATED_OLD_NUMPY: "/tmp/nerlibs-ct-np"}  # where the commands below put them
 OURS = "ours (sapbert_ner)"
-OURS_COMMAND = "python -m training.ner_trf train {output} --corpus {corpus} --max-minutes {minutes} --threads {threads}"
+OURS_COMMAND = "python -m training.ner_trf train {output} --max-minutes {minutes} --threads {threads}"  # reads the raw corpora the DocBins come from
 SPEED_THREADS = (1, 2)
 STEP_KEYS = ("steps", "seconds_per_step", "cpu_seconds_per_step", "words_per_second", "words_per_cpu_second")
 

@@ -342,8 +342,7 @@ class VectorIndex:
         exactly, ``ivf-pq`` its fp16 re-scoring copy. None for kinds that keep only codes."""
         rows = np.asarray(rows, dtype=np.int64)
         if isinstance(self.index, faiss.IndexFlat):
-            base = faiss.rev_swig_ptr(self.index.get_xb(), len(self) * self.dim).reshape(len(self), self.dim)
-            return np.array(base[rows], dtype=np.float32)
+            return np.array(self._flat_vectors().numpy()[rows], dtype=np.float32)
         if self.rerank is not None:
             return self._gather(rows)
         return None
@@ -418,7 +417,8 @@ class VectorIndex:
 
         n = len(self)
         on_cpu = self.device == "cpu"
-        if on_cpu and self.meta.get("shortlist") == "bf16" and k <= _whole_chunks(n) // SHORTLIST_CHUNK and native_bf16(torch.device("cpu")):
+        shortlist = self.meta.get("shortlist") == "bf16" and k <= _whole_chunks(n) // SHORTLIST_CHUNK
+        if on_cpu and shortlist and native_bf16(torch.device("cpu")):
             return self._shortlist_search(queries, k)
         base = self._flat_vectors()
         if not on_cpu:
@@ -442,11 +442,11 @@ class VectorIndex:
         """Exact top ``k`` from a bf16 pass over every name and fp32 scores of a few.
 
         A bf16 score is within ``SHORTLIST_ERROR`` · |q| · max |x| of the fp32 one (``margin`` is twice
-        that). The k-th best chunk
-        maximum is a floor under the k-th best bf16 score, so only chunks whose maximum reaches the
-        floor less twice the error can hold a top-k name; within them, every name whose bf16 score
-        reaches the k-th best less twice the error is scored exactly (float64 sums, each name on its own, so
-        the result does not depend on the other queries), and the best ``k`` are kept, ties by row.
+        that). The k-th best chunk maximum is a floor under the k-th best bf16 score, so only chunks
+        whose maximum reaches the floor less the margin can hold a top-k name; within them, every
+        name whose bf16 score reaches the k-th best less the margin is scored exactly (float64 sums,
+        each name on its own, so the result does not depend on the other queries), and the best
+        ``k`` are kept, ties by row.
         """
         import torch
 

@@ -161,6 +161,21 @@ def test_torch_pickles_are_told_from_other_weights(tmp_path):
     assert not worker.is_torch_pickle(tmp_path / "cfg.json")
 
 
+def test_our_taggers_training_command_is_one_its_cli_accepts(monkeypatch):
+    """The library comparison trains ours with OURS_COMMAND: every option in it must be one the trainer has."""
+    import typer.main
+
+    from training import ner_trf
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    bench = _load("ner_libraries")
+    line = bench.OURS_COMMAND.format(output="out", corpus="corpus/ner", minutes=1, threads=1).split()
+    assert line[:4] == ["python", "-m", "training.ner_trf", "train"]
+    train = typer.main.get_command(ner_trf.app).commands["train"]
+    known = {opt for param in train.params for opt in param.opts}
+    assert [word for word in line if word.startswith("--") and word not in known] == []
+
+
 def test_table_shows_what_a_library_moves_and_why_a_run_failed(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # ner_libraries.py imports readme_tables beside it
     bench = _load("ner_libraries")
