@@ -505,7 +505,7 @@ class SpanFinder:
         """The accepted spans of the span group of ``resolve="all"``: all of them, or the ``ents``
         and the spans inside a longer one only where each such one is a coordination
         (``nested="coordinations"``) or, with ``nested="heads"``, also where the inner span is a KB
-        name (score 1.0) that ends the longer one."""
+        name (score 1.0) that ends the longer one and starts a word."""
         ordered = sorted(scored, key=lambda x: (x[0].start, -len(x[0])))
         spans = [s for s, _ in ordered]
         if self.nested == "all":
@@ -516,7 +516,10 @@ class SpanFinder:
             return any(t.lower_ in COORDINATORS for t in span[1:-1])
 
         def keeps(outer: Span, inner: Span, score: float) -> bool:
-            return coordination(outer) or (self.nested == "heads" and score >= 1.0 and inner.end == outer.end)
+            # a head starts a word: "clonic seizure" in "tonic-clonic seizure" is no mention
+            starts_word = inner.start == outer.start or bool(inner.doc[inner.start - 1].whitespace_)
+            head = score >= 1.0 and inner.end == outer.end and starts_word
+            return coordination(outer) or (self.nested == "heads" and head)
 
         return [s for s, score in ordered if (s.start, s.end) in chosen or all(
             keeps(o, s, score) for o in spans if o is not s and o.start <= s.start and s.end <= o.end and len(o) > len(s))]

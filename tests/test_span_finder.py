@@ -328,6 +328,13 @@ def test_nested_mentions_in_a_span_group_the_linker_links(kb_path, tiny_bert_pat
     # "heads": also a KB name that ends the longer span ("cancer", a name, ends "ovarian cancer")
     _, doc = run("heads")
     assert [s.text for s in doc.spans[NESTED_SPANS_KEY]] == group
+    finder = nlp.get_pipe("sapbert_span_finder")
+    finder.nested = "heads"
+    words = nlp.make_doc("tonic-clonic seizure and partial seizure")
+    outer, inner, mid_word, later = words[0:4], words[3:4], words[2:4], words[6:7]
+    kept = finder._nested([(outer, 0.99), (inner, 1.0), (mid_word, 1.0), (later, 1.0)], [outer, later])
+    assert [s.text for s in kept] == ["tonic-clonic seizure", "seizure", "seizure"]  # not "clonic seizure", which starts mid-word
+    assert [s.text for s in finder._nested([(outer, 0.99), (inner, 0.97)], [outer])] == ["tonic-clonic seizure"]  # a head must be a name
     with pytest.raises(ValueError, match="nested"):
         build_pipeline(kb_path, "ruler", encoder=tiny_bert_path, nested="all")
     with pytest.raises(ValueError, match="nested must be one of"):
