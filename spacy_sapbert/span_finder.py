@@ -516,9 +516,9 @@ class SpanFinder:
             return any(t.lower_ in COORDINATORS for t in span[1:-1])
 
         def keeps(outer: Span, inner: Span, score: float) -> bool:
-            # a head starts a word: "clonic seizure" in "tonic-clonic seizure" is no mention
-            starts_word = inner.start == outer.start or bool(inner.doc[inner.start - 1].whitespace_)
-            head = score >= 1.0 and inner.end == outer.end and starts_word
+            # a head ends the longer span and starts a word ("clonic seizure" in "tonic-clonic
+            # seizure" is no mention); it begins after the longer span's first token, so one precedes it
+            head = score >= 1.0 and inner.end == outer.end and bool(inner.doc[inner.start - 1].whitespace_)
             return coordination(outer) or (self.nested == "heads" and head)
 
         return [s for s, score in ordered if (s.start, s.end) in chosen or all(
