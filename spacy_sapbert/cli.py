@@ -351,7 +351,7 @@ def evaluate(
     end_to_end: bool = typer.Option(False, "--end-to-end", help="Raw test documents through a detector + linker pipeline"),
     detector: str = typer.Option("span_finder", help="With --end-to-end: ruler, span_finder, ner, ner-trf, ner+span_finder or ner-trf+span_finder"),
     ner_model: Optional[Path] = typer.Option(None, help="With --end-to-end: a spaCy NER pipeline (default: the shipped one)"),
-    split: str = typer.Option("test", help="With --end-to-end: test (report) or dev (tune; lexicon = train mentions)"),
+    split: str = typer.Option("test", help="test (report) or dev (tune; the paper dictionary then adds the train mentions alone)"),
     ambiguous: Optional[str] = typer.Option(None, help="With --end-to-end: the linker's 'ambiguous' setting, first or none (default: the linker's)"),
     nested: Optional[str] = typer.Option(None, help="With --end-to-end and a span_finder detector: keep nested mentions (all, coordinations, or heads: also KB names that end a longer mention) in a span group the linker links, and score them too"),
     pipeline: Optional[Path] = typer.Option(None, exists=True, file_okay=False, help="With --end-to-end: a saved pipeline (build-pipeline) run as it is; its linker for the dataset's label is scored (--detector and --dictionary name the row)"),
@@ -387,5 +387,5 @@ def evaluate(
         return
     from .evaluation.runner import evaluate_command
 
-    evaluate_command(dataset, encoder, dictionary, output, batch_size, precision, system, threads=threads,
+    evaluate_command(dataset, encoder, dictionary, output, batch_size, precision, system, threads=threads, split=split,
                      spelling=spelling, abbreviations=abbreviations, composites=composites, fusion_weight=fusion_weight)

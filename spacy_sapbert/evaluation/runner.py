@@ -55,9 +55,17 @@ def load_queries(dataset: "datasets.Dataset", split: str, data_dir: PathLike = d
     return preprocess_documents(datasets.load_split(dataset, split, data_dir), load_spelling(dataset, data_dir))
 
 
-def seen_queries(dataset: "datasets.Dataset", data_dir: PathLike = datasets.DEFAULT_DATA_DIR) -> List[Query]:
-    """The train and dev queries: the mentions the ``paper`` dictionary adds to the ontology."""
-    splits = [s for s in ("train", "dev") if s in datasets.get_benchmark(dataset).mention_files]
+def seen_splits(evaluated: str = "test") -> Tuple[str, ...]:
+    """The splits whose mentions the ``paper`` dictionary adds when ``evaluated`` is scored: train and
+    dev for test (the paper's protocol), train alone for dev (so that dev stays unseen)."""
+    if evaluated not in ("dev", "test"):
+        raise ValueError(f"split {evaluated!r}: choose dev (to tune) or test (to report)")
+    return ("train", "dev") if evaluated == "test" else ("train",)
+
+
+def seen_queries(dataset: "datasets.Dataset", data_dir: PathLike = datasets.DEFAULT_DATA_DIR, evaluated: str = "test") -> List[Query]:
+    """The queries of ``seen_splits(evaluated)``: the mentions the ``paper`` dictionary adds to the ontology."""
+    splits = [s for s in seen_splits(evaluated) if s in datasets.get_benchmark(dataset).mention_files]
     return [q for split in splits for q in load_queries(dataset, split, data_dir)[0]]
 
 
@@ -226,6 +234,7 @@ def _pipeline_rankings(
     spelling: bool,
     progress: bool,
     fusion_weight: Optional[float] = None,
+    split: str = "test",
 ) -> Tuple[List[List[Ranking]], Dict[str, object], float, int, Optional[List[List[Ranking]]]]:
     """Per test query, the linker's rankings (one per linked part), read from ``nlp.pipe`` over
     the test documents with the gold spans set; also what to record, the pipeline's seconds, the
@@ -235,7 +244,7 @@ def _pipeline_rankings(
     nlp = gold_span_pipeline(folder, LinkingKB.from_disk(folder), encoder, abbreviations=abbreviations, composites=composites,
                              batch_size=batch_size, fusion_weight=fusion_weight)
     fixes = load_spelling(dataset, data_dir) if spelling else None
-    documents = datasets.load_split(dataset, "test", data_dir)
+    documents = datasets.load_split(dataset, split, data_dir)
     links = link_gold_mentions(nlp, documents, fixes, batch_size=batch_size)
 
     def rankings_of(found) -> List[List[Ranking]]:
@@ -297,8 +306,10 @@ def evaluate(
     composites: bool = True,
     spelling: bool = True,
     fusion_weight: Optional[float] = None,
+    split: str = "test",
 ) -> Dict[str, object]:
-    """Evaluate one system on the test split of ``dataset``; accuracies are in percent.
+    """Evaluate one system on the ``split`` of ``dataset`` (test to report, dev to choose settings:
+    its *paper* dictionary then adds the train mentions alone); accuracies are in percent.
 
     ``system``: ``encoder`` (``encoder_path``; None = the offline MiniLM base model) links the
     gold spans with ``sapbert_linker`` in ``nlp.pipe``; ``abbreviations`` and ``composites``
@@ -312,8 +323,8 @@ def evaluate(
     """
     spec = datasets.get_benchmark(dataset)
     set_threads(threads)
-    test, counts = load_queries(dataset, "test", data_dir)
-    seen = seen_queries(dataset, data_dir)
+    seen = seen_queries(dataset, data_dir, split)
+    test, counts = load_queries(dataset, split, data_dir)
     t0 = time.perf_counter()
     kb = build_dictionary(dataset, dictionary, seen, data_dir, resources_dir)
     system_info: Dict[str, object] = {}
@@ -325,7 +336,7 @@ def evaluate(
                 cache_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="sapbert-eval-"))
             rankings, system_info, query_s, searched, without_spelling = _pipeline_rankings(
                 dataset, test, kb, encoder, cache_dir, data_dir, batch_size, abbreviations, composites, spelling, progress,
-                fusion_weight,
+                fusion_weight, split,
             )
             setup_s = time.perf_counter() - t0 - query_s
         else:
@@ -354,7 +365,8 @@ def evaluate(
     return {
         "dataset": spec.name,
         "dictionary": dictionary,
-        "dictionary_label": spec.dictionary_label + (" + train/dev mentions" if dictionary == "paper" else ""),
+        "split": split,
+        "dictionary_label": spec.dictionary_label + (f" + {'/'.join(seen_splits(split))} mentions" if dictionary == "paper" else ""),
         "system": system,
         **system_info,
         **summarize(scores),
@@ -363,7 +375,7 @@ def evaluate(
         "dictionary_size": kb.n_names,
         "dictionary_concepts": len(kb),
         "gold_outside_dictionary": sum(not (set(q.gold) & known_ids) for q in test),
-        "seen_in": "train+dev",
+        "seen_in": "+".join(seen_splits(split)),
         "breakdown": _seen_breakdown(scores, test, seen),
         "searched_strings": searched,
         "mentions_per_s": round(len(test) / query_s, 1) if query_s > 0 else None,
