@@ -29,7 +29,7 @@ from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Seq
 
 import numpy as np
 
-from .search import store_calibration, store_fusion
+from .search import store_calibration, store_context_weight, store_fusion
 
 PathLike = Union[str, os.PathLike]
 METHOD = (
@@ -209,6 +209,7 @@ def calibrate_kb_folder(
     store: bool = True,
     linker_config: Optional[Mapping[str, Any]] = None,
     fusion_weights: Sequence[float] = (),
+    context_weights: Sequence[float] = (),
 ) -> Dict[str, Any]:
     """Choose the threshold for the KB folder on dev ``documents`` (gold spans through the shipped
     gold-span pipeline; ``spelling``: a typo list applied to the mention words first) and, with
@@ -216,7 +217,9 @@ def calibrate_kb_folder(
 
     ``fusion_weights``: first choose the linker's sparse + dense fusion weight among them, by the
     share of dev mentions whose top concept is gold (ties: the smaller weight; 0 = off), store it
-    too (``search.store_fusion``) and choose the threshold at that weight (``fusion`` in the record)."""
+    too (``search.store_fusion``) and choose the threshold at that weight (``fusion`` in the record).
+    ``context_weights``: likewise the context reranking weight (the KB needs prototypes,
+    ``build-context``; ``search.store_context_weight``), chosen after the fusion weight."""
     from .evaluation.gold_spans import GOLD_SPANS_KEY
     from .pipelines import build_pipeline
 
@@ -227,21 +230,26 @@ def calibrate_kb_folder(
         nlp = build_pipeline(kb_folder, "gold", encoder=None if encoder is None else str(encoder), label=label, linker_config=config)
         return linker_outcomes(nlp, documents, spelling)
 
-    fusion: Optional[Dict[str, Any]] = None
-    if fusion_weights:
-        tried = {float(w): outcomes_at({"fusion_weight": float(w)}) for w in sorted(set(fusion_weights))}
+    chosen: Dict[str, Any] = {}  # the settings chosen so far, each tried at the ones before it
+    records: Dict[str, Dict[str, Any]] = {}
+    outcomes: Optional[List[Outcome]] = None
+    for key, setting, weights in (("fusion", "fusion_weight", fusion_weights), ("context", "context_weight", context_weights)):
+        if not weights:
+            continue
+        tried = {float(w): outcomes_at({**chosen, setting: float(w)}) for w in sorted(set(weights))}
         accuracy = {w: evaluate_threshold(found, -1.0)["answered_right"] for w, found in tried.items()}
         weight = max(accuracy, key=lambda w: (accuracy[w], -w))
-        fusion = {"weight": weight, "method": "the best share of dev mentions whose top concept is gold (ties: the smaller weight)",
-                  "dev": dev, "top_concept_right_by_weight": {str(w): a for w, a in accuracy.items()}}
-        outcomes = tried[weight]
-    else:
+        records[key] = {"weight": weight, "method": "the best share of dev mentions whose top concept is gold (ties: the smaller weight)",
+                        "dev": dev, "top_concept_right_by_weight": {str(w): a for w, a in accuracy.items()}}
+        chosen[setting], outcomes = weight, tried[weight]
+    if outcomes is None:
         outcomes = outcomes_at({})
     record = calibrate(outcomes, dev, nil_weight)
-    if fusion is not None:
-        record["fusion"] = fusion
+    record.update(records)
     if store:
-        if fusion is not None:
-            store_fusion(kb_folder, fusion)
+        if "fusion" in records:
+            store_fusion(kb_folder, records["fusion"])
+        if "context" in records:
+            store_context_weight(kb_folder, records["context"])
         store_calibration(kb_folder, record)
     return {**record, "curve": curve(outcomes, nil_weight)}

@@ -244,9 +244,10 @@ def calibrate_command(
     encoder: Optional[str] = typer.Option(None, help="Encoder folder (default: the one the KB was built with)"),
     nil_weight: float = typer.Option(0.0, help="An answer on a left-out gold concept counts as this fraction of a false positive"),
     fusion_weight: List[float] = typer.Option([], "--fusion-weight", help="Also choose the sparse + dense fusion weight among these (repeat it; include 0 to allow off) and store it"),
+    context_weight: List[float] = typer.Option([], "--context-weight", help="Also choose the context reranking weight among these (the KB needs prototypes: build-context; repeat it; include 0 to allow off) and store it"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the choice; leave the KB as it is"),
 ) -> None:
-    """Choose the linker's NIL threshold (and fusion weight) on dev gold mentions and store them in the KB (used when the linker's settings are unset)."""
+    """Choose the linker's NIL threshold (and fusion and context weights) on dev gold mentions and store them in the KB (used when the linker's settings are unset)."""
     from .calibration import calibrate_kb_folder
     from .evaluation.datasets import read_gscplus, read_pubtator
 
@@ -261,11 +262,38 @@ def calibrate_command(
         raise ValueError(f"{', '.join(map(str, dev))}: no mention" + (f" of type {', '.join(entity_type)}" if entity_type else ""))
     described = " + ".join(path.name for path in dev) + (f" ({', '.join(entity_type)})" if entity_type else "")
     record = calibrate_kb_folder(kb, documents, described, label=label, encoder=encoder, nil_weight=nil_weight, store=not dry_run,
-                                 fusion_weights=fusion_weight)
+                                 fusion_weights=fusion_weight, context_weights=context_weight)
     record.pop("curve")
     typer.echo(json.dumps(record, indent=2, ensure_ascii=False))
-    fusion = f", fusion weight {record['fusion']['weight']}" if "fusion" in record else ""
-    typer.echo(f"{'chose' if dry_run else 'stored in ' + str(kb / 'meta.json') + ':'} NIL threshold {record['threshold']}{fusion}", err=True)
+    weights = "".join(f", {key} weight {record[key]['weight']}" for key in ("fusion", "context") if key in record)
+    typer.echo(f"{'chose' if dry_run else 'stored in ' + str(kb / 'meta.json') + ':'} NIL threshold {record['threshold']}{weights}", err=True)
+
+
+@app.command("build-context")
+def build_context(
+    kb: Path = typer.Argument(..., exists=True, file_okay=False, help="A KB folder (build-kb); the prototypes go into it"),
+    texts: List[Path] = typer.Argument(..., exists=True, help="Unlabelled text in any annotate input format (a folder of .txt, JSONL, PubTator, BioC, text lines)"),
+    input_format: str = typer.Option("auto", "--format", help="Format of the texts: auto or one of annotate's input formats"),
+    encoder: Optional[str] = typer.Option(None, help="Encoder folder (default: the one the KB was built with)"),
+    max_per_concept: int = typer.Option(20, help="Examples kept per concept"),
+    batch_size: int = typer.Option(64),
+) -> None:
+    """Context prototypes for reranking, from unlabelled text: each concept's sentences where one of its unambiguous names appears verbatim."""
+    import spacy
+
+    from .context import ContextPrototypes, self_supervised_examples
+    from .documents import iter_documents
+    from .search import store_context
+
+    linker = spacy.blank("en").add_pipe("sapbert_linker", config={"kb": str(kb), "encoder": encoder})
+    linker.initialize()  # the KB and the encoder it was built with (or --encoder), checked together
+    documents = (d.text for path in texts for d in iter_documents(path, input_format) if d.text)
+    examples = list(self_supervised_examples(linker.linking_kb.kb, documents, max_per_concept))
+    sources = {"self_supervised": {"texts": [str(p) for p in texts], "examples": len(examples), "max_per_concept": max_per_concept}}
+    prototypes = ContextPrototypes.build(examples, linker.encoder, batch_size=batch_size, sources=sources)
+    store_context(kb, prototypes)
+    typer.echo(f"stored context prototypes of {len(prototypes):,} concepts ({len(examples):,} examples) in {kb}; "
+               "choose their weight on dev with 'calibrate --context-weight'", err=True)
 
 
 @app.command("demo")
@@ -357,6 +385,8 @@ def evaluate(
     pipeline: Optional[Path] = typer.Option(None, exists=True, file_okay=False, help="With --end-to-end: a saved pipeline (build-pipeline) run as it is; its linker for the dataset's label is scored (--detector and --dictionary name the row)"),
     threshold: Optional[float] = typer.Option(None, help="With --end-to-end: the linker's NIL threshold (default: the KB's calibrated one; for a dictionary built here, the one chosen on the dev gold mentions; 0 links every span)"),
     fusion_weight: Optional[float] = typer.Option(None, help="The linker's sparse + dense fusion weight w in [0, 1): (1 - w) dense + w char 3-gram TF-IDF (default: the KB's stored one, else 0: off)"),
+    context_weight: float = typer.Option(0.0, help="Rerank by the mention's sentence with this weight (0: off), against concept prototypes built for the run (--context-examples)"),
+    context_examples: str = typer.Option("self", help="With --context-weight: self (unambiguous names found verbatim in the corpora's unlabelled train abstracts) or self+train (also the annotated mentions of the seen splits)"),
     sweep_threshold: bool = typer.Option(False, "--sweep-threshold", help="With --end-to-end: also score the run at a grid of NIL thresholds (use --split dev to choose one)"),
     spelling: bool = typer.Option(True, help="Gold spans: apply the benchmark's spell-check list (outside the pipeline)"),
     abbreviations: bool = typer.Option(True, help="Expand abbreviations defined in the document (pipeline)"),
@@ -379,13 +409,16 @@ def evaluate(
     if end_to_end:
         from .evaluation.end_to_end import THRESHOLD_GRID, end_to_end_command
 
-        settings = {k: v for k, v in (("ambiguous", ambiguous), ("threshold", threshold), ("fusion_weight", fusion_weight)) if v is not None}
+
+        settings = {k: v for k, v in (("ambiguous", ambiguous), ("threshold", threshold), ("fusion_weight", fusion_weight),
+                                      ("context_weight", context_weight or None)) if v is not None}
         end_to_end_command(dataset, detector, dictionary, encoder, split=split, ner_model=ner_model, abbreviations=abbreviations,
                            linker_config=settings or None, nested=nested, pipeline=pipeline,
-                           threshold_sweep=THRESHOLD_GRID if sweep_threshold else (),
+                           threshold_sweep=THRESHOLD_GRID if sweep_threshold else (), context_examples=context_examples,
                            output=output, precision=precision, threads=threads)
         return
     from .evaluation.runner import evaluate_command
 
     evaluate_command(dataset, encoder, dictionary, output, batch_size, precision, system, threads=threads, split=split,
-                     spelling=spelling, abbreviations=abbreviations, composites=composites, fusion_weight=fusion_weight)
+                     spelling=spelling, abbreviations=abbreviations, composites=composites, fusion_weight=fusion_weight,
+                     context_weight=context_weight, context_examples=context_examples)

@@ -25,6 +25,7 @@ from spacy.util import minibatch, registry
 
 from .abbreviations import query_text
 from .composites import split_mention
+from .context import contested, context_encoder, mention_in_context, rerank
 from .encoder import SapEncoder, resolve_encoder_path
 from .fileio import folder_from_bytes, folder_to_bytes
 from .hpo_kb import default_kb_path
@@ -171,6 +172,7 @@ def make_kb_id_scorer() -> Callable[..., Dict[str, Any]]:
         "split_composites": True,
         "exact_names": True,
         "fusion_weight": None,
+        "context_weight": None,
         "batch_size": 256,
         "cache_size": 10000,
         "device": "auto",
@@ -196,6 +198,7 @@ def make_sapbert_linker(
     split_composites: bool,
     exact_names: bool,
     fusion_weight: Optional[float],
+    context_weight: Optional[float],
     batch_size: int,
     cache_size: int,
     device: str,
@@ -215,7 +218,11 @@ def make_sapbert_linker(
     the query vector must come from the encoder (e.g. a reranker that reads the mention's context).
     ``fusion_weight``: w in [0, 1) mixes a character 3-gram TF-IDF score into the nearest names'
     scores, (1 - w) × dense + w × sparse (``LinkingKB.candidates``); None: the weight chosen on dev
-    and stored in the KB (``search.store_fusion``), else 0 (off)."""
+    and stored in the KB (``search.store_fusion``), else 0 (off). ``context_weight``: w in [0, 1] adds
+    w × the cosine between the mention's sentence and each candidate's context prototype to the scores
+    of the candidates within 2w of the top and re-sorts them (``context.rerank``; needs prototypes in
+    the KB, ``build-context``); None: the weight chosen on dev and stored with them
+    (``search.store_context_weight``), else 0 (off)."""
     return SapBertLinker(
         nlp.vocab,
         name=name,
@@ -233,6 +240,7 @@ def make_sapbert_linker(
         split_composites=split_composites,
         exact_names=exact_names,
         fusion_weight=fusion_weight,
+        context_weight=context_weight,
         batch_size=batch_size,
         cache_size=cache_size,
         device=device,
@@ -270,6 +278,7 @@ class SapBertLinker(Pipe):
         split_composites: bool = True,
         exact_names: bool = True,
         fusion_weight: Optional[float] = None,
+        context_weight: Optional[float] = None,
         batch_size: int = 256,
         cache_size: int = 10000,
         device: str = "auto",
@@ -285,6 +294,8 @@ class SapBertLinker(Pipe):
             raise ValueError(f"ambiguous must be one of {AMBIGUOUS_CHOICES}, got {ambiguous!r}")
         if fusion_weight is not None and not 0.0 <= fusion_weight < 1.0:
             raise ValueError(f"fusion_weight must be in [0, 1) or None, got {fusion_weight}")
+        if context_weight is not None and not 0.0 <= context_weight <= 1.0:
+            raise ValueError(f"context_weight must be in [0, 1] or None, got {context_weight}")
         if len({cui_attr, candidates_attr, parts_attr}) < 3:
             raise ValueError("cui_attr, candidates_attr and parts_attr must differ")
         self.vocab = vocab
@@ -303,6 +314,7 @@ class SapBertLinker(Pipe):
         self.split_composites = split_composites
         self.exact_names = exact_names
         self.fusion_weight = fusion_weight
+        self.context_weight = context_weight
         self.batch_size = batch_size
         self.cache_size = cache_size
         self.device = device
@@ -311,6 +323,7 @@ class SapBertLinker(Pipe):
         self.default_kb = default_kb
         self.linking_kb: Optional[LinkingKB] = None
         self.encoder: Optional[SapEncoder] = None
+        self._context_reader: Optional[SapEncoder] = None
         self._cache: "OrderedDict[str, List[Candidate]]" = OrderedDict()
         register_span_attribute(cui_attr)
         register_span_attribute(candidates_attr, as_candidates)
@@ -332,6 +345,14 @@ class SapBertLinker(Pipe):
     def effective_fusion_weight(self) -> float:
         """``fusion_weight``, or when it is None the weight stored in the KB (``LinkingKB.tuned_fusion_weight``), else 0.0."""
         return self._own_or_kb(self.fusion_weight, "tuned_fusion_weight")
+
+    @property
+    def effective_context_weight(self) -> float:
+        """``context_weight``, or when it is None the weight stored with the KB's prototypes
+        (``LinkingKB.tuned_context_weight``), else 0.0; always 0.0 for a KB without prototypes."""
+        if self.linking_kb is not None and self.linking_kb.context is None:
+            return 0.0
+        return self._own_or_kb(self.context_weight, "tuned_context_weight")
 
     @property
     def labels(self) -> Tuple[str, ...]:
@@ -383,6 +404,7 @@ class SapBertLinker(Pipe):
         linking_kb.index.use_device(str(encoder.device))  # exact search next to the encoder (GPU too)
         self.linking_kb = linking_kb
         self.encoder = encoder
+        self._context_reader = None
         self._cache.clear()
 
     # ------------------------------------------------------------------ linking
@@ -422,7 +444,8 @@ class SapBertLinker(Pipe):
         ("breast and ovarian cancer") is also queried part by part, and the parts are kept when
         every part matches the KB better than the whole does.
         """
-        per_doc = [[self._queries(span) for span in self.spans_to_link(doc)] for doc in docs]
+        to_link = [self.spans_to_link(doc) for doc in docs]
+        per_doc = [[self._queries(span) for span in doc_spans] for doc_spans in to_link]
         wanted = {q for spans in per_doc for queries in spans for q in queries}
         if wanted:
             self._ensure_ready()
@@ -439,6 +462,33 @@ class SapBertLinker(Pipe):
                 else:
                     doc_out.append([whole])
             out.append(doc_out)
+        return self._rerank_in_context(to_link, out)
+
+    def _rerank_in_context(self, spans: List[List[Span]], linked: List[List[List[Tuple[str, List[Candidate]]]]]
+                           ) -> List[List[List[Tuple[str, List[Candidate]]]]]:
+        """With a context weight, the candidates near the top of each span (of every part) re-sorted by
+        its sentence (``context.rerank``); the sentences of all spans with something to decide
+        (``context.contested``) are encoded in one batch, the others not at all."""
+        weight = self.effective_context_weight
+        if not weight:
+            return linked
+        pending = [(d, i, span) for d, (doc_spans, doc_linked) in enumerate(zip(spans, linked))
+                   for i, (span, parts) in enumerate(zip(doc_spans, doc_linked))
+                   if any(contested(cands, weight) > 1 for _, cands in parts)]
+        if not pending:
+            return linked
+        assert self.linking_kb is not None and self.linking_kb.context is not None and self.encoder is not None
+        prototypes = self.linking_kb.context
+        if self._context_reader is None:
+            prototypes.check_encoder(self.encoder, self.kb_path or "the KB")
+            self._context_reader = context_encoder(self.encoder)
+        self._context_reader.pass_rows = self.encoder.pass_rows  # fixed passes where set: output independent of batching
+        vectors = self._context_reader.encode(
+            [mention_in_context(span.doc.text, span.start_char, span.end_char) for _, _, span in pending], batch_size=self.batch_size)
+        out = [list(doc_linked) for doc_linked in linked]
+        for (d, i, _), vector in zip(pending, vectors):
+            out[d][i] = [(query, rerank(cands, prototypes.similarities([c.concept_id for c in cands], vector), weight))
+                         for query, cands in linked[d][i]]
         return out
 
     def _queries(self, span: Span) -> List[str]:

@@ -13,6 +13,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .context import ContextPrototypes
 from .encoder import SapEncoder
 from .fileio import atomic_dir, atomic_open, read_json, write_json
 from .index import VectorIndex
@@ -26,6 +27,7 @@ VERSION = 1
 META_FILE = "meta.json"
 CALIBRATION_KEY = "calibration"  # the NIL threshold chosen on dev mentions (``calibration.py``), in the meta
 FUSION_KEY = "fusion"  # the sparse + dense fusion weight chosen on dev (``store_fusion``), in the meta
+CONTEXT_KEY = "context"  # the context reranking weight chosen on dev (``store_context``), in the meta
 BELOW_ONE = float(np.nextafter(1.0, 0.0))  # the highest score a name that is not the query itself gets
 # A broader concept this close to the top candidate's score is ranked first when the top name adds
 # words the mention lacks ("systolic murmur": "Systolic heart murmur" 0.963 over its subtype
@@ -63,6 +65,7 @@ class LinkingKB:
         self.kb = kb
         self.index = index
         self.meta = meta
+        self.context: Optional[ContextPrototypes] = None  # concept prototypes for context reranking, if built
         self._sparse: Optional[CharTfidf] = None
 
     # ------------------------------------------------------------------ building
@@ -113,6 +116,12 @@ class LinkingKB:
     def tuned_fusion_weight(self) -> Optional[float]:
         """The sparse + dense fusion weight chosen on dev and stored in the meta (``store_fusion``), if any."""
         found = self.meta.get(FUSION_KEY)
+        return float(found["weight"]) if isinstance(found, dict) and found.get("weight") is not None else None
+
+    @property
+    def tuned_context_weight(self) -> Optional[float]:
+        """The context reranking weight chosen on dev and stored in the meta (``store_context_weight``), if any."""
+        found = self.meta.get(CONTEXT_KEY)
         return float(found["weight"]) if isinstance(found, dict) and found.get("weight") is not None else None
 
     @property
@@ -224,6 +233,8 @@ class LinkingKB:
         with atomic_dir(path) as tmp:
             self.kb.to_disk(tmp)
             self.index.to_disk(tmp)
+            if self.context is not None:
+                self.context.to_disk(tmp)
             write_json(tmp / META_FILE, self.meta)
 
     @classmethod
@@ -237,7 +248,9 @@ class LinkingKB:
         kb = ConceptKB.from_disk(path, mmap=mmap)
         if kb.fingerprint != meta["kb_fingerprint"]:
             raise ValueError(f"{path}: the name table does not match the one the index was built from; rebuild the KB")
-        return cls(kb, VectorIndex.from_disk(path, mmap=mmap), meta)
+        linking_kb = cls(kb, VectorIndex.from_disk(path, mmap=mmap), meta)
+        linking_kb.context = ContextPrototypes.from_disk(path, mmap=mmap)
+        return linking_kb
 
 
 def store_calibration(kb_folder: Union[str, Path], calibration: Dict[str, object]) -> None:
@@ -251,6 +264,23 @@ def store_fusion(kb_folder: Union[str, Path], fusion: Dict[str, object]) -> None
     if not isinstance(fusion.get("weight"), (int, float)) or not 0.0 <= float(fusion["weight"]) < 1.0:  # type: ignore[arg-type]
         raise ValueError(f"a fusion weight must be in [0, 1), got {fusion.get('weight')!r}")
     _store_meta_entry(kb_folder, FUSION_KEY, fusion)
+
+
+def store_context(kb_folder: Union[str, Path], prototypes: ContextPrototypes) -> None:
+    """Write context prototypes (``context.ContextPrototypes``) into a KB folder, beside its index."""
+    if not (Path(kb_folder) / META_FILE).is_file():
+        raise FileNotFoundError(f"{kb_folder} is not a spacy-sapbert KB folder (no {META_FILE})")
+    prototypes.to_disk(kb_folder)
+
+
+def store_context_weight(kb_folder: Union[str, Path], record: Dict[str, object]) -> None:
+    """Write the context reranking weight chosen on dev (``{"weight": w, ...}`` with how it was chosen)
+    into the KB folder's ``meta.json``; a linker whose ``context_weight`` is None then uses it."""
+    if not isinstance(record.get("weight"), (int, float)) or not 0.0 <= float(record["weight"]) <= 1.0:  # type: ignore[arg-type]
+        raise ValueError(f"a context weight must be in [0, 1], got {record.get('weight')!r}")
+    if ContextPrototypes.from_disk(kb_folder) is None:
+        raise ValueError(f"{kb_folder} has no context prototypes to weigh; build them first ('build-context')")
+    _store_meta_entry(kb_folder, CONTEXT_KEY, record)
 
 
 def _store_meta_entry(kb_folder: Union[str, Path], key: str, value: Dict[str, object]) -> None:

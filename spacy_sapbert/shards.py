@@ -117,7 +117,7 @@ def span_records(doc: Doc, linkers: Sequence[Any]) -> List[Dict[str, Any]]:
 
 def pipeline_fingerprint(nlp: Language) -> str:
     """A hash of what decides the pipeline's output: its config, the weights of its trained components,
-    and each linker's KB, index, encoder, precision, threshold and fusion weight. A resumed run (or a cluster
+    and each linker's KB, index, encoder, precision, threshold, fusion weight and context prototypes. A resumed run (or a cluster
     worker) must have the same."""
     h = hashlib.sha256(nlp.config.to_str().encode())
     for name, proc in nlp.pipeline:
@@ -129,6 +129,8 @@ def pipeline_fingerprint(nlp: Language) -> str:
         described = [lkb.meta["kb_fingerprint"], lkb.index.meta, linker.encoder.fingerprint, linker.encoder.precision, linker.effective_threshold]
         if linker.effective_fusion_weight:
             described.append(linker.effective_fusion_weight)
+        if linker.effective_context_weight:
+            described += [linker.effective_context_weight, lkb.context.fingerprint]
         h.update(json.dumps(described, sort_keys=True).encode())
     return h.hexdigest()[:32]
 

@@ -255,3 +255,32 @@ def test_encoder_choice_scores_dev_splits_only_and_records_how_an_encoder_was_tr
     table = choice.render({**result, "command": "python benchmarks/encoder_choice.py", "machine": {"cpu": "x"}})
     assert "| trained | 82.0 / 81.0 | 82.0 / 81.0 | 82.0 / 81.0 | 82.0 / 81.0 | 82.00 | 1,556,646 pairs, 6,081 steps, 4.8 min on cuda (fp16) |" in table
     assert "| all-MiniLM-L6-v2 (untrained, shipped default) | 80.0 / 79.0 |" in table and table.count("| — |") == 1
+
+
+def test_context_weight_is_chosen_on_dev_and_the_table_shows_ambiguous_names_apart(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    rerank = _load("context_rerank")
+    dev = [{"weight": 0.0, "lenient_acc@1": 82.0, "strict_acc@1": 80.0}, {"weight": 0.1, "lenient_acc@1": 81.0, "strict_acc@1": 81.0},
+           {"weight": 0.2, "lenient_acc@1": 81.0, "strict_acc@1": 81.0}]
+    assert rerank.choose(dev) == 0.1 and rerank.choose(dev[:1]) == 0.0  # strict decides: lenient rewards not deciding
+    calls = []
+
+    def fake_evaluate(dataset, *, dictionary, context_weight, context_examples, split="test"):
+        calls.append((dataset, dictionary, split, context_weight, context_examples))
+        gain = 10 * context_weight
+        subset = lambda acc, n: {"lenient_acc@1": acc, "strict_acc@1": acc - 20, "n_queries": n}  # noqa: E731
+        return {"lenient_acc@1": 80 + gain, "strict_acc@1": 75 + gain, "lenient_acc@5": 90.0, "n_queries": 100, "mentions_per_s": 900.0 - 1000 * context_weight,
+                "breakdown": {"name_ambiguous": subset(70 + 10 * gain, 10), "name_unambiguous": subset(81.0, 90)}}
+
+    monkeypatch.setattr(rerank, "evaluate", fake_evaluate)
+    row = rerank.measure("ncbi-disease", "ontology", [0.0, 0.1])
+    assert [c[2] for c in calls] == ["dev", "dev", "test", "test"] and {c[4] for c in calls} == {"self"}  # no labels on the ontology row
+    assert row["chosen_weight"] == 0.1 and set(row["test"]) == {"0.0", "0.1"}
+    table = rerank.render({"command": "python benchmarks/context_rerank.py", "machine": {"cpu": "x"}, "weights": [0.0, 0.1], "rows": [row]})
+    row["end_to_end"] = {"0.0": {"link_p": 0.8, "link_r": 0.7, "link_f1": 0.75, "abstracts_per_s": 30.0},
+                         "0.1": {"link_p": 0.8, "link_r": 0.72, "link_f1": 0.76, "abstracts_per_s": 20.0}}
+    table = rerank.render({"command": "python benchmarks/context_rerank.py", "end_to_end_command": "python benchmarks/context_rerank.py --from-saved --end-to-end",
+                           "machine": {"cpu": "x"}, "weights": [0.0, 0.1], "rows": [row]})
+    assert "| ncbi-disease | ontology | 0.1 | 80.0 | 70.0 → 72.0 (+2.0) | 75.0 → 76.0 (+1.0) | 30.0 → 20.0 |" in table
+    assert ("| ncbi-disease | ontology | 0.0: 75.0, 0.1: 76.0 | 0.1 | 80.0 → 81.0 (+1.0) | 75.0 → 76.0 (+1.0) | 90.0 "
+            "| 50.0 → 60.0 (+10.0) (10) | 81.0 | 900 → 800 |") in table

@@ -230,3 +230,21 @@ def test_the_default_nil_threshold_is_chosen_on_the_dev_gold_mentions(mini_ncbi,
     assert given["threshold"] == 0.0 and given["threshold_source"] == "given" and given["dev_calibration"] is None
     on_dev = evaluate_end_to_end("ncbi-disease", "ruler", "paper", tiny_bert_path, split="dev", **run)
     assert on_dev["threshold"] == 0.0 and on_dev["dev_calibration"] is None
+
+
+def test_context_reranking_end_to_end_builds_prototypes_for_both_splits(mini_ncbi, tmp_path, tiny_bert_path):
+    """``--context-weight`` end to end: the KB folders of the test run and of the dev calibration
+    both get the prototypes the gold-span evaluation builds, the linker uses them, the command says so."""
+    from spacy_sapbert.context import ContextPrototypes
+    from spacy_sapbert.evaluation.end_to_end import prepare_kb
+
+    run = dict(data_dir=mini_ncbi, cache_dir=tmp_path, build_in_child=False, progress=False)
+    result = evaluate_end_to_end("ncbi-disease", "ruler", "paper", tiny_bert_path, linker_config={"context_weight": 0.5},
+                                 context_examples="self+train", **run)
+    assert result["context_weight"] == 0.5
+    assert result["kb"]["context_prototypes"]["examples"] == "self+train"
+    assert result["kb"]["context_prototypes"]["annotated"]["splits"] == ["train", "dev"]
+    assert "--context-weight 0.5 --context-examples self+train" in result["command"]
+    for split, annotated in (("test", 2), ("dev", 1)):  # xyzzy disease (train) + ovarian cancer (dev); train alone for dev
+        folder, _ = prepare_kb("ncbi-disease", "paper", tiny_bert_path, tmp_path, mini_ncbi, progress=False, split=split)
+        assert ContextPrototypes.from_disk(folder).meta["sources"]["annotated"]["examples"] == annotated

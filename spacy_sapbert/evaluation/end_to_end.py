@@ -273,6 +273,7 @@ def dev_calibration(
     resources_dir: PathLike = datasets.DEFAULT_RESOURCES_DIR,
     linker_config: Optional[Mapping[str, object]] = None,
     progress: bool = True,
+    context_examples: str = "self",
 ) -> Dict[str, object]:
     """The NIL threshold for a dictionary built here, chosen as a KB's calibration is
     (``calibration.calibrate``, what ``calibrate`` stores in a KB) on the dataset's dev gold
@@ -283,6 +284,8 @@ def dev_calibration(
     settings = dict(linker_config or {})
     precision = str(settings.get("precision", "fp32"))
     folder, _ = prepare_kb(dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, precision, 128, progress, "dev")
+    if settings.get("context_weight"):  # the dev run's prototypes, as the gold-span evaluation of dev builds them
+        _store_prototypes(folder, dataset, encoder_path, cache_dir, data_dir, precision, "dev", context_examples)
     documents = load_documents(dataset, "dev", data_dir)
     record = calibrate_kb_folder(folder, documents, f"{dataset} dev gold mentions ({len(documents)} documents), {dictionary} dictionary "
                                  "as a dev run has it", label=SPECS[dataset].label, encoder=encoder_path, store=False,
@@ -292,19 +295,36 @@ def dev_calibration(
 
 
 def _prepare(dataset: str, dictionary: str, encoder_path: Optional[PathLike], cache_dir: PathLike, data_dir: PathLike,
-             resources_dir: PathLike, settings: Mapping[str, object], progress: bool, split: str
+             resources_dir: PathLike, settings: Mapping[str, object], progress: bool, split: str, context_examples: str = "self",
              ) -> Tuple[str, Dict[str, object], Optional[Dict[str, object]]]:
-    """The split's dictionary KB folder (``prepare_kb``) and, for a test run with no threshold given
-    whose KB has no calibration, the ``dev_calibration`` record; in one (child) process."""
+    """The split's dictionary KB folder (``prepare_kb``), with context prototypes (``runner.context_prototypes``
+    of ``context_examples``) stored in it when the settings rerank by context, and, for a test run with no
+    threshold given whose KB has no calibration, the ``dev_calibration`` record; in one (child) process."""
     from ..fileio import read_json
     from ..search import CALIBRATION_KEY, META_FILE
 
     precision = str(settings.get("precision", "fp32"))
     folder, info = prepare_kb(dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, precision, 128, progress, split)
+    if settings.get("context_weight"):
+        info["context_prototypes"] = _store_prototypes(folder, dataset, encoder_path, cache_dir, data_dir, precision, split, context_examples)
     calibration = None
     if split == "test" and settings.get("threshold") is None and read_json(Path(folder) / META_FILE).get(CALIBRATION_KEY) is None:
-        calibration = dev_calibration(dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, settings, progress)
+        calibration = dev_calibration(dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, settings, progress,
+                                      context_examples)
     return folder, info, calibration
+
+
+def _store_prototypes(folder: str, dataset: str, encoder_path: Optional[PathLike], cache_dir: PathLike, data_dir: PathLike,
+                      precision: str, split: str, examples: str) -> Dict[str, object]:
+    """Put the prototypes a gold-span run of ``split`` uses into the dictionary's KB folder (replacing others)."""
+    from ..encoder import SapEncoder, resolve_encoder_path
+    from ..search import LinkingKB, store_context
+    from .runner import context_prototypes
+
+    encoder = SapEncoder.load(resolve_encoder_path(encoder_path), device="cpu", precision=precision)
+    prototypes = context_prototypes(dataset, LinkingKB.from_disk(folder).kb, encoder, split, examples, data_dir, cache_dir=cache_dir)
+    store_context(folder, prototypes)
+    return {"examples": examples, "concepts": len(prototypes), **prototypes.meta["sources"]}  # type: ignore[dict-item]
 
 
 def linker_for_label(nlp, label: str):
@@ -347,6 +367,7 @@ def evaluate_end_to_end(
     nested: Optional[str] = None,
     pipeline: Optional[PathLike] = None,
     threshold_sweep: Sequence[float] = (),
+    context_examples: str = "self",
     data_dir: PathLike = datasets.DEFAULT_DATA_DIR,
     resources_dir: PathLike = datasets.DEFAULT_RESOURCES_DIR,
     cache_dir: PathLike = "corpus/cache",
@@ -374,7 +395,8 @@ def evaluate_end_to_end(
     KB it carries (``detector`` and ``dictionary`` then only name the row). ``threshold_sweep``: the
     linker's NIL threshold values to score the same run at (``threshold_sweep`` in the result; the
     pipeline runs with threshold 0, and the main scores are at the configured one): run on
-    ``split="dev"`` to choose one.
+    ``split="dev"`` to choose one. A ``context_weight`` in ``linker_config`` reranks by context against
+    the prototypes the gold-span evaluation builds (``runner.context_prototypes`` of ``context_examples``).
 
     The NIL threshold, unless ``linker_config`` sets one: the KB's calibrated one; for a
     dictionary built here (which has none) on the test split, the one ``dev_calibration`` chooses
@@ -407,7 +429,7 @@ def evaluate_end_to_end(
     calibration: Optional[Dict[str, object]] = None
     t0 = time.perf_counter()
     if pipeline is None:
-        args = (dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, settings, progress, split)
+        args = (dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, settings, progress, split, context_examples)
         kb_folder, kb_info, calibration = _in_child(_prepare, *args) if build_in_child else _prepare(*args)
         if calibration is not None:
             settings["threshold"] = calibration["threshold"]
@@ -465,9 +487,11 @@ def evaluate_end_to_end(
         options["split"] = split
     if nested is not None:
         options["nested"] = nested
-    for key in ("ambiguous", "threshold", "fusion_weight"):
+    for key in ("ambiguous", "threshold", "fusion_weight", "context_weight"):
         if key in (linker_config or {}):
             options[key] = (linker_config or {})[key]
+    if (linker_config or {}).get("context_weight"):
+        options["context_examples"] = context_examples
     if threshold_sweep:
         options["sweep_threshold"] = ""
     if precision != "fp32":
@@ -515,6 +539,7 @@ def evaluate_end_to_end(
         "threshold_source": threshold_source,
         "dev_calibration": calibration,
         "fusion_weight": linker.effective_fusion_weight,
+        "context_weight": linker.effective_context_weight,
         "threshold_sweep": sweep,
         "kb": kb_info,
         "encoder": linker.encoder.describe(),

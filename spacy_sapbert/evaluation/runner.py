@@ -22,8 +22,9 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tupl
 
 import numpy as np
 
+from ..context import ContextPrototypes, mention_in_context, self_supervised_examples
 from ..encoder import SapEncoder, resolve_encoder_path
-from ..fileio import atomic_open, write_json
+from ..fileio import atomic_dir, atomic_open, write_json
 from ..index import VectorIndex
 from ..kb import ConceptKB
 from ..machine import peak_rss_mb
@@ -32,7 +33,7 @@ from ..records import ConceptRecord
 from ..search import META_FILE, LinkingKB
 from . import datasets
 from .baselines import ExactMatchRanker, ScispacyRanker, TfidfRanker
-from .gold_spans import GOLD_SPANS_KEY, find_linker, link_gold_mentions, ranking_of
+from .gold_spans import GOLD_SPANS_KEY, find_linker, link_gold_mentions, ranking_of, trimmed
 from .metrics import QueryScores, Ranking, score_queries, summarize
 from .preprocess import Query, load_spelling_fixes, preprocess_documents
 
@@ -181,6 +182,53 @@ def dictionary_kb_folder(
     return folder, info
 
 
+CONTEXT_EXAMPLES = ("self", "self+train")
+UNLABELLED = ("ncbi-disease", "bc5cdr-disease")  # whose train abstracts give self-supervised examples (labels unread)
+
+
+def context_prototypes(
+    dataset: "datasets.Dataset", kb: ConceptKB, encoder: SapEncoder, split: str = "test", examples: str = "self",
+    data_dir: PathLike = datasets.DEFAULT_DATA_DIR, batch_size: int = 128, cache_dir: Optional[PathLike] = None,
+) -> ContextPrototypes:
+    """Concept prototypes for evaluating ``split``: ``self``, the KRISSBERT recipe without labels
+    (unambiguous KB names found verbatim in the corpora's train abstracts, their annotations unread);
+    ``self+train`` also the annotated mentions of ``seen_splits(split)`` (the *paper* setting).
+    Kept in ``cache_dir/context`` under the KB, the encoder, the examples and the split."""
+    if examples not in CONTEXT_EXAMPLES:
+        raise ValueError(f"context examples must be one of {CONTEXT_EXAMPLES}, got {examples!r}")
+    spec = datasets.get_benchmark(dataset)
+    seen = f"-{spec.name.replace(':', '_')}-{split}" if examples == "self+train" else ""  # self-supervision reads the same texts for every split
+    tag = f"{kb.fingerprint[:16]}-{encoder.fingerprint[:16]}-{encoder.precision}-{examples}{seen}"
+    cached = Path(cache_dir) / "context" / tag if cache_dir is not None else None
+    if cached is not None and (found := ContextPrototypes.from_disk(cached)) is not None:
+        return found
+    texts: Dict[str, str] = {}
+    read = []
+    for name in UNLABELLED:
+        try:
+            texts.update((d.doc_id, d.text) for d in datasets.load_split(name, "train", data_dir))
+            read.append(name)
+        except FileNotFoundError:  # a data folder with one corpus only
+            continue
+    pairs = list(self_supervised_examples(kb, texts.values()))
+    sources: Dict[str, object] = {"self_supervised": {"abstracts": len(texts), "examples": len(pairs), "from": read}}
+    if examples == "self+train":
+        primary = {alias: cid for cid, xs in concept_aliases(kb).items() for alias in xs}
+        primary.update((cid, cid) for cid in kb.concept_ids)
+        labelled = [
+            (primary[m.ids[0]], mention_in_context(d.text, *trimmed(d.text, m.start, m.end)))
+            for s in seen_splits(split) if s in datasets.get_benchmark(dataset).mention_files
+            for d in datasets.load_split(dataset, s, data_dir) for m in d.mentions if len(m.ids) == 1 and m.ids[0] in primary
+        ]
+        pairs += labelled
+        sources["annotated"] = {"splits": list(seen_splits(split)), "examples": len(labelled)}
+    prototypes = ContextPrototypes.build(pairs, encoder, batch_size=batch_size, sources=sources)
+    if cached is not None:
+        with atomic_dir(cached) as tmp:
+            prototypes.to_disk(tmp)
+    return prototypes
+
+
 def set_threads(threads: int) -> None:
     import faiss
     import torch
@@ -205,17 +253,17 @@ def _make_ranker(system: str, kb: ConceptKB, python: Optional[PathLike], cache_d
 
 
 def gold_span_pipeline(kb_folder: PathLike, linking_kb: LinkingKB, encoder: SapEncoder, *, abbreviations: bool = True, composites: bool = True,
-                       batch_size: int = 128, fusion_weight: Optional[float] = None):
+                       batch_size: int = 128, fusion_weight: Optional[float] = None, context_weight: Optional[float] = None):
     """``build_pipeline(kb, detector="gold")`` with the loaded KB and encoder attached to its linker.
 
     The linker keeps ``LINKER_TOP_K`` concepts per query (enough for five distinct predictions)
     and also links the span group ``gold_spans.GOLD_SPANS_KEY`` (documents whose gold mentions overlap);
-    ``fusion_weight``: the linker's setting (None: the KB's).
+    ``fusion_weight``, ``context_weight``: the linker's settings (None: the KB's).
     """
     from ..pipelines import build_pipeline
 
     config = {"top_k": LINKER_TOP_K, "spans_key": GOLD_SPANS_KEY, "split_composites": composites, "batch_size": batch_size,
-              "fusion_weight": fusion_weight}
+              "fusion_weight": fusion_weight, "context_weight": context_weight}
     nlp = build_pipeline(kb_folder, detector="gold", encoder=encoder.source, abbreviations=abbreviations, linker_config=config)
     find_linker(nlp).set_kb(linking_kb, encoder)
     return nlp
@@ -235,14 +283,18 @@ def _pipeline_rankings(
     progress: bool,
     fusion_weight: Optional[float] = None,
     split: str = "test",
+    context: Optional[ContextPrototypes] = None,
+    context_weight: Optional[float] = None,
 ) -> Tuple[List[List[Ranking]], Dict[str, object], float, int, Optional[List[List[Ranking]]]]:
     """Per test query, the linker's rankings (one per linked part), read from ``nlp.pipe`` over
     the test documents with the gold spans set; also what to record, the pipeline's seconds, the
     number of searched strings and, when the spell-check list was applied, the rankings without it
     (its measured effect: the one preprocessing step left outside the pipeline)."""
     folder, kb_info = dictionary_kb_folder(kb, encoder, cache_dir, batch_size, progress)
-    nlp = gold_span_pipeline(folder, LinkingKB.from_disk(folder), encoder, abbreviations=abbreviations, composites=composites,
-                             batch_size=batch_size, fusion_weight=fusion_weight)
+    linking_kb = LinkingKB.from_disk(folder)
+    linking_kb.context = context
+    nlp = gold_span_pipeline(folder, linking_kb, encoder, abbreviations=abbreviations, composites=composites,
+                             batch_size=batch_size, fusion_weight=fusion_weight, context_weight=context_weight)
     fixes = load_spelling(dataset, data_dir) if spelling else None
     documents = datasets.load_split(dataset, split, data_dir)
     links = link_gold_mentions(nlp, documents, fixes, batch_size=batch_size)
@@ -255,7 +307,8 @@ def _pipeline_rankings(
         "encoder": encoder.describe(),
         "pipeline": [name for name, _ in nlp.pipeline],
         "pipeline_options": {"abbreviations": abbreviations, "split_composites": composites, "linker_top_k": LINKER_TOP_K,
-                             "fusion_weight": find_linker(nlp).effective_fusion_weight},
+                             "fusion_weight": find_linker(nlp).effective_fusion_weight,
+                             "context_weight": find_linker(nlp).effective_context_weight},
         "gold_spans": links.stats(),
         **kb_info,
     }
@@ -273,18 +326,26 @@ def _rankings(queries: Sequence[Query], rows: Sequence[Sequence[int]], kb: Conce
     return out
 
 
-def _seen_breakdown(scores: QueryScores, test: Sequence[Query], seen: Sequence[Query]) -> Dict[str, object]:
-    """Rates for test queries whose string / all of whose concepts occur in train+dev, and the rest."""
+def _breakdown(scores: QueryScores, test: Sequence[Query], seen: Sequence[Query], kb: ConceptKB) -> Dict[str, object]:
+    """Rates for test queries whose string / all of whose concepts occur in the seen splits, and the
+    rest; and for queries whose string is a dictionary name of several concepts (``name_ambiguous``:
+    only the context can decide) and the rest."""
     seen_names = {q.name for q in seen}
     seen_ids = {g for q in seen for g in q.gold}
+
+    def ambiguous(q: Query) -> bool:
+        row = kb.row_of_name(q.parts[0]) if len(q.parts) == 1 else None
+        return row is not None and len(kb.concepts_of_name(row)) > 1
+
     masks = {
-        "string": np.array([q.name in seen_names for q in test], bool),
-        "concept": np.array([set(q.gold) <= seen_ids for q in test], bool),
+        "string": (np.array([q.name in seen_names for q in test], bool), "seen", "unseen"),
+        "concept": (np.array([set(q.gold) <= seen_ids for q in test], bool), "seen", "unseen"),
+        "name": (np.array([ambiguous(q) for q in test], bool), "ambiguous", "unambiguous"),
     }
     out: Dict[str, object] = {}
-    for key, mask in masks.items():
-        out[f"{key}_seen"] = summarize(scores, mask)
-        out[f"{key}_unseen"] = summarize(scores, ~mask)
+    for key, (mask, yes, no) in masks.items():
+        out[f"{key}_{yes}"] = summarize(scores, mask)
+        out[f"{key}_{no}"] = summarize(scores, ~mask)
     return out
 
 
@@ -307,6 +368,8 @@ def evaluate(
     spelling: bool = True,
     fusion_weight: Optional[float] = None,
     split: str = "test",
+    context_weight: float = 0.0,
+    context_examples: str = "self",
 ) -> Dict[str, object]:
     """Evaluate one system on the ``split`` of ``dataset`` (test to report, dev to choose settings:
     its *paper* dictionary then adds the train mentions alone); accuracies are in percent.
@@ -315,7 +378,9 @@ def evaluate(
     gold spans with ``sapbert_linker`` in ``nlp.pipe``; ``abbreviations`` and ``composites``
     switch the pipeline's expansion and splitting, ``spelling`` the benchmark's spell-check
     list (the one preprocessing step outside the pipeline), ``fusion_weight`` the linker's sparse +
-    dense fusion (None: the KB's stored weight, else off). ``exact``, ``tfidf`` and
+    dense fusion (None: the KB's stored weight, else off); ``context_weight`` > 0 reranks by the
+    mention's sentence against concept prototypes built here (``context_prototypes``; their build
+    time is setup, not query time). ``exact``, ``tfidf`` and
     ``scispacy`` (``encoder_path`` = a python with scispacy installed) rank the harness's
     preprocessed strings. ``mentions_per_s`` times the linking of the test mentions (the
     pipeline for ``encoder``; dictionary encoding and index building excluded);
@@ -334,10 +399,14 @@ def evaluate(
             encoder = SapEncoder.load(resolve_encoder_path(encoder_path), device=device, precision=precision)
             if cache_dir is None:
                 cache_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="sapbert-eval-"))
+            prototypes = (context_prototypes(dataset, kb, encoder, split, context_examples, data_dir, batch_size, cache_dir)
+                          if context_weight else None)
             rankings, system_info, query_s, searched, without_spelling = _pipeline_rankings(
                 dataset, test, kb, encoder, cache_dir, data_dir, batch_size, abbreviations, composites, spelling, progress,
-                fusion_weight, split,
+                fusion_weight, split, prototypes, context_weight,
             )
+            if prototypes is not None:
+                system_info["context_prototypes"] = {"concepts": len(prototypes), **prototypes.meta["sources"]}  # type: ignore[dict-item]
             setup_s = time.perf_counter() - t0 - query_s
         else:
             ranker, system_info = _make_ranker(system, kb, encoder_path, cache_dir)
@@ -376,7 +445,7 @@ def evaluate(
         "dictionary_concepts": len(kb),
         "gold_outside_dictionary": sum(not (set(q.gold) & known_ids) for q in test),
         "seen_in": "+".join(seen_splits(split)),
-        "breakdown": _seen_breakdown(scores, test, seen),
+        "breakdown": _breakdown(scores, test, seen, kb),
         "searched_strings": searched,
         "mentions_per_s": round(len(test) / query_s, 1) if query_s > 0 else None,
         "query_seconds": round(query_s, 2),

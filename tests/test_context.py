@@ -1,0 +1,183 @@
+"""Context reranking: the mention's sentence, self-supervised examples, prototypes on disk, the
+rerank rule, and the linker setting end to end (saved and loaded with the pipeline)."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import spacy
+from spacy.tokens import Span
+
+from spacy_sapbert.context import (
+    CONCEPTS_FILE,
+    PROTOTYPES_FILE,
+    ContextPrototypes,
+    contested,
+    context_encoder,
+    mention_in_context,
+    rerank,
+    self_supervised_examples,
+)
+from spacy_sapbert.kb import ConceptKB
+from spacy_sapbert.records import ConceptRecord as R
+from spacy_sapbert.search import Candidate, LinkingKB, store_context, store_context_weight
+
+RECORDS = [
+    R("D:MS", "multiple sclerosis", ["MS"]),
+    R("D:MIS", "mitral stenosis", ["MS"]),
+    R("D:AST", "asthma", []),
+]
+NEURO = "Relapses of MS left her with optic neuritis and white matter lesions."
+CARDIO = "A diastolic murmur at the apex pointed to MS of the rheumatic valve."
+
+
+@pytest.fixture(scope="module")
+def kb_path(kb_folder):
+    return kb_folder(RECORDS)
+
+
+def test_the_mention_is_marked_in_its_own_sentence():
+    text = "First sentence here. Then MS came back. Last one."
+    start = text.index("MS")
+    assert mention_in_context(text, start, start + 2) == "Then [MS] came back."
+    long = "x " * 400 + "MS" + " y" * 400
+    at = long.index("MS")
+    got = mention_in_context(long, at, at + 2)
+    assert "[MS]" in got and len(got) <= 2 * 300 + 4  # no sentence end near: a window either side
+
+
+def test_self_supervised_examples_are_unambiguous_names_found_verbatim():
+    kb = ConceptKB.from_records(RECORDS + [R("D:AR", "asthma attack", [])], on_duplicate="merge")
+    texts = ["An asthma attack at night. Asthma again, and MS.", "Multiple sclerosis. Asthma."]
+    found = list(self_supervised_examples(kb, texts, max_per_concept=2))
+    assert ("D:AR", "An [asthma attack] at night.") in found  # the longest name wins over "asthma"
+    assert [cid for cid, _ in found].count("D:AST") == 2  # capped at max_per_concept (the third is dropped)
+    assert ("D:MS", "[Multiple sclerosis].") in found
+    assert all(not s.startswith("[MS]") and "[MS]" not in s for _, s in found)  # an ambiguous (and short) name labels nothing
+
+
+def cand(cid, name, score, ambiguous=False):
+    return Candidate(cid, name, score, ambiguous)
+
+
+def test_rerank_reorders_the_contested_head_and_keeps_the_tail():
+    cands = [cand("A", "ms", 0.9, True), cand("B", "ms", 0.9, True), cand("C", "x", 0.85), cand("D", "y", 0.2)]
+    assert contested(cands, 0.1) == 3 and contested(cands, 0.0) == 2 and contested([], 0.1) == 0
+    out = rerank(cands, [0.1, 0.6, None, 0.9], 0.1)
+    assert [c.concept_id for c in out] == ["B", "A", "C", "D"]  # C, without a prototype, counts as the least similar (0.1)
+    assert not out[0].ambiguous and not out[1].ambiguous  # the sentence told the two "ms" apart
+    assert [c.score for c in out] == [0.9, 0.9, 0.85, 0.2]  # name scores are kept
+    tied = rerank(cands[:2], [0.5, 0.5], 0.1)
+    assert [c.concept_id for c in tied] == ["A", "B"] and all(c.ambiguous for c in tied)  # no evidence: order and flag stay
+
+
+def test_prototypes_are_mean_sentence_vectors_and_round_trip(tiny_encoder, tmp_path):
+    examples = [("D:MS", NEURO), ("D:MS", "Another [MS] relapse."), ("D:MIS", CARDIO)]
+    protos = ContextPrototypes.build(examples, tiny_encoder, sources={"test": 1})
+    reader = context_encoder(tiny_encoder)
+    assert reader.settings.pooling == "mean" and reader.model is tiny_encoder.model  # shared weights, no second model
+    mean = reader.encode([NEURO, "Another [MS] relapse."]).mean(0)
+    np.testing.assert_allclose(protos.vectors[protos.concept_ids.index("D:MS")], mean / np.linalg.norm(mean), atol=1e-5)
+    sims = protos.similarities(["D:MIS", "D:AST"], reader.encode([CARDIO])[0])
+    assert sims[0] == pytest.approx(1.0, abs=1e-5) and sims[1] is None
+    (tmp_path / "meta.json").write_text("{}")
+    protos.to_disk(tmp_path)
+    back = ContextPrototypes.from_disk(tmp_path)
+    assert back.concept_ids == protos.concept_ids and back.meta["sources"] == {"test": 1}
+    np.testing.assert_array_equal(np.asarray(back.vectors), protos.vectors)
+    (tmp_path / "none").mkdir()
+    assert ContextPrototypes.from_disk(tmp_path / "none") is None
+    (tmp_path / PROTOTYPES_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match="build-context"):
+        ContextPrototypes.from_disk(tmp_path)
+
+
+def test_prototypes_of_another_encoder_are_refused(tiny_encoder, tmp_path):
+    protos = ContextPrototypes.build([("D:MS", NEURO)], tiny_encoder)
+    protos.meta["encoder"] = {**protos.meta["encoder"], "fingerprint": "0" * 32}
+    with pytest.raises(ValueError, match="another encoder.*build-context"):
+        protos.check_encoder(tiny_encoder, tmp_path)
+
+
+def link_ms(nlp, text):
+    doc = nlp.make_doc(text)
+    start = next(t.i for t in doc if t.text == "MS")
+    doc.ents = [Span(doc, start, start + 1, "D")]
+    return nlp(doc).ents[0]
+
+
+def test_the_linker_lets_the_sentence_decide_and_saves_it_with_the_pipeline(kb_path, tiny_encoder, tiny_bert_path, tmp_path):
+    folder = tmp_path / "kb"
+    shutil.copytree(kb_path, folder)
+    with pytest.raises(ValueError, match="no context prototypes"):
+        store_context_weight(folder, {"weight": 0.5})
+    store_context(folder, ContextPrototypes.build([("D:MS", NEURO), ("D:MIS", CARDIO)], tiny_encoder))
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        store_context_weight(folder, {"weight": 2.0})
+    store_context_weight(folder, {"weight": 0.5, "on": "test"})
+    assert LinkingKB.from_disk(folder).tuned_context_weight == 0.5
+
+    def pipeline(**config):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("sapbert_linker", config={"kb": str(folder), "encoder": str(tiny_bert_path), "precision": "fp32", **config})
+        return nlp
+
+    off = link_ms(pipeline(context_weight=0.0), CARDIO)
+    assert off._.cui_candidates[0][3] and {off._.cui_candidates[0][0], off._.cui_candidates[1][0]} == {"D:MS", "D:MIS"}
+    nlp = pipeline()  # the weight stored with the prototypes
+    for text, expected in ((CARDIO, "D:MIS"), (NEURO, "D:MS")):
+        ent = link_ms(nlp, text)
+        assert ent._.cui == expected and ent.kb_id_ == expected and not ent._.cui_candidates[0][3]
+    assert nlp.get_pipe("sapbert_linker").effective_context_weight == 0.5
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert link_ms(loaded, CARDIO)._.cui == "D:MIS"
+    assert (tmp_path / "pipeline" / "sapbert_linker" / "kb" / CONCEPTS_FILE).is_file()
+    from spacy_sapbert.shards import pipeline_fingerprint
+
+    before = pipeline_fingerprint(loaded)  # a resumed annotation run must find the same prototypes
+    store_context(tmp_path / "pipeline" / "sapbert_linker" / "kb", ContextPrototypes.build([("D:MS", CARDIO), ("D:MIS", NEURO)], tiny_encoder))
+    assert pipeline_fingerprint(spacy.load(tmp_path / "pipeline")) != before
+
+
+def test_a_kb_without_prototypes_links_as_before(kb_path, tiny_bert_path):
+    nlp = spacy.blank("en")
+    linker = nlp.add_pipe("sapbert_linker", config={"kb": str(kb_path), "encoder": str(tiny_bert_path), "precision": "fp32",
+                                                     "context_weight": 0.5})
+    ent = link_ms(nlp, CARDIO)
+    assert linker.effective_context_weight == 0.0 and ent._.cui_candidates[0][3]
+    with pytest.raises(ValueError, match="context_weight"):
+        nlp.add_pipe("sapbert_linker", name="bad", config={"context_weight": 1.5})
+
+
+def test_build_context_then_calibrate_chooses_and_stores_the_weight(kb_path, tiny_bert_path, tmp_path):
+    """``build-context KB TEXTS`` finds the unambiguous names in unlabelled text; ``calibrate
+    --context-weight`` then picks the weight on dev mentions of the ambiguous "MS" and stores it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from spacy_sapbert.cli import app
+
+    folder = tmp_path / "kb"
+    shutil.copytree(kb_path, folder)
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(
+        [NEURO.replace("MS", "multiple sclerosis"), CARDIO.replace("MS", "mitral stenosis")])), encoding="utf8")
+    built = CliRunner().invoke(app, ["build-context", str(folder), str(texts), "--encoder", str(tiny_bert_path)])
+    assert built.exit_code == 0, built.output
+    prototypes = ContextPrototypes.from_disk(folder)
+    assert sorted(prototypes.concept_ids) == ["D:MIS", "D:MS"] and prototypes.meta["examples"] == 2
+    title, abstract = NEURO, CARDIO
+    text = f"{title} {abstract}"
+    first, second = text.index("MS"), text.index("MS", len(title))
+    dev = tmp_path / "dev.PubTator.txt"
+    dev.write_text(f"1|t|{title}\n1|a|{abstract}\n1\t{first}\t{first + 2}\tMS\tDisease\tD:MS\n"
+                   f"1\t{second}\t{second + 2}\tMS\tDisease\tD:MIS\n\n", encoding="utf8")
+    chose = CliRunner().invoke(app, ["calibrate", str(folder), str(dev), "--encoder", str(tiny_bert_path),
+                                     "--context-weight", "0", "--context-weight", "0.5"])
+    assert chose.exit_code == 0, chose.output
+    context = json.loads(chose.stdout)["context"]
+    assert context["top_concept_right_by_weight"] == {"0.0": 0.5, "0.5": 1.0} and context["weight"] == 0.5
+    assert LinkingKB.from_disk(folder).tuned_context_weight == 0.5
