@@ -409,7 +409,6 @@ def evaluate(
     if end_to_end:
         from .evaluation.end_to_end import THRESHOLD_GRID, end_to_end_command
 
-
         settings = {k: v for k, v in (("ambiguous", ambiguous), ("threshold", threshold), ("fusion_weight", fusion_weight),
                                       ("context_weight", context_weight or None)) if v is not None}
         end_to_end_command(dataset, detector, dictionary, encoder, split=split, ner_model=ner_model, abbreviations=abbreviations,

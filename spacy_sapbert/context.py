@@ -10,8 +10,8 @@ to the score of each candidate near the top and re-sorts them (``rerank``).
 
 The sentence vectors come from the linker's own encoder weights read differently: mean pooling over
 up to ``CONTEXT_MAX_LENGTH`` tokens (``context_encoder``), so no second model is loaded. The
-prototypes are stored in the KB folder with the fingerprint of that reading; a KB is refused with
-an encoder that reads sentences otherwise.
+prototypes are stored in the KB folder with the fingerprint of that reading; the linker refuses to
+rerank with prototypes that an encoder reading sentences otherwise made.
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ VERSION = 1
 META_FILE = "meta.json"
 CALIBRATION_KEY = "calibration"  # the NIL threshold chosen on dev mentions (``calibration.py``), in the meta
 FUSION_KEY = "fusion"  # the sparse + dense fusion weight chosen on dev (``store_fusion``), in the meta
-CONTEXT_KEY = "context"  # the context reranking weight chosen on dev (``store_context``), in the meta
+CONTEXT_KEY = "context"  # the context reranking weight chosen on dev (``store_context_weight``), in the meta
 BELOW_ONE = float(np.nextafter(1.0, 0.0))  # the highest score a name that is not the query itself gets
 # A broader concept this close to the top candidate's score is ranked first when the top name adds
 # words the mention lacks ("systolic murmur": "Systolic heart murmur" 0.963 over its subtype

@@ -217,7 +217,7 @@ def context_prototypes(
         primary.update((cid, cid) for cid in kb.concept_ids)
         labelled = [
             (primary[m.ids[0]], mention_in_context(d.text, *trimmed(d.text, m.start, m.end)))
-            for s in seen_splits(split) if s in datasets.get_benchmark(dataset).mention_files
+            for s in seen_splits(split) if s in spec.mention_files
             for d in datasets.load_split(dataset, s, data_dir) for m in d.mentions if len(m.ids) == 1 and m.ids[0] in primary
         ]
         pairs += labelled
