@@ -174,10 +174,13 @@ class ContextPrototypes:
 
 def contested(candidates: Sequence, weight: float) -> int:
     """How many leading candidates the sentence can reorder: those within ``2 × weight`` of the top
-    score (a cosine moves a score by at most ``weight`` either way). 1 or 0: nothing to decide, and
-    the linker skips encoding the sentence."""
+    score (a cosine moves a score by at most ``weight`` either way), none when the top is an exact
+    name of one concept (score 1.0, not ambiguous: the string has decided). 1 or 0: nothing to
+    decide, and the linker skips encoding the sentence."""
     if not candidates:
         return 0
+    if candidates[0].score >= 1.0 and not candidates[0].ambiguous:
+        return 1
     floor = candidates[0].score - 2.0 * weight
     return sum(1 for c in candidates if c.score >= floor)
 

@@ -64,6 +64,8 @@ def cand(cid, name, score, ambiguous=False):
 def test_rerank_reorders_the_contested_head_and_keeps_the_tail():
     cands = [cand("A", "ms", 0.9, True), cand("B", "ms", 0.9, True), cand("C", "x", 0.85), cand("D", "y", 0.2)]
     assert contested(cands, 0.1) == 3 and contested(cands, 0.0) == 2 and contested([], 0.1) == 0
+    exact = [cand("E", "diabetes mellitus", 1.0), cand("F", "diabetes mellitus type 1", 0.95)]
+    assert contested(exact, 0.2) == 1 and rerank(exact, [0.0, 0.9], 0.2) == exact  # an exact name of one concept is never overturned
     out = rerank(cands, [0.1, 0.6, None, 0.9], 0.1)
     assert [c.concept_id for c in out] == ["B", "A", "C", "D"]  # C, without a prototype, counts as the least similar (0.1)
     assert not out[0].ambiguous and not out[1].ambiguous  # the sentence told the two "ms" apart
