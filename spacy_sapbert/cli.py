@@ -287,8 +287,15 @@ def build_context(
 
     linker = spacy.blank("en").add_pipe("sapbert_linker", config={"kb": str(kb), "encoder": encoder})
     linker.initialize()  # the KB and the encoder it was built with (or --encoder), checked together
-    documents = (d.text for path in texts for d in iter_documents(path, input_format) if d.text)
-    examples = list(self_supervised_examples(linker.linking_kb.kb, documents, max_per_concept))
+    def documents():
+        for path in texts:
+            for d in iter_documents(path, input_format):
+                if d.error is not None:
+                    raise d.error  # names the file and line
+                if d.text:
+                    yield d.text
+
+    examples = list(self_supervised_examples(linker.linking_kb.kb, documents(), max_per_concept))
     sources = {"self_supervised": {"texts": [str(p) for p in texts], "examples": len(examples), "max_per_concept": max_per_concept}}
     prototypes = ContextPrototypes.build(examples, linker.encoder, batch_size=batch_size, sources=sources)
     store_context(kb, prototypes)

@@ -187,7 +187,8 @@ def contested(candidates: Sequence, weight: float) -> int:
 
 def rerank(candidates: Sequence, similarities: Sequence[Optional[float]], weight: float) -> List:
     """``candidates`` (``search.Candidate``, best first) with the ``contested`` ones re-sorted by
-    ``score + weight × similarity`` (stable); the rest keep their places after them.
+    ``score + weight × similarity`` (stable); the rest keep their places after them. ``similarities``
+    follow the candidates and need cover only the contested ones.
 
     A candidate without a prototype counts as the least similar of the contested ones that have one
     (0 where none has). Scores stay the name scores, so the NIL threshold keeps its meaning; a

@@ -487,8 +487,8 @@ class SapBertLinker(Pipe):
             [mention_in_context(span.doc.text, span.start_char, span.end_char) for _, _, span in pending], batch_size=self.batch_size)
         out = [list(doc_linked) for doc_linked in linked]
         for (d, i, _), vector in zip(pending, vectors):
-            out[d][i] = [(query, rerank(cands, prototypes.similarities([c.concept_id for c in cands], vector), weight))
-                         for query, cands in linked[d][i]]
+            out[d][i] = [(query, rerank(cands, prototypes.similarities([c.concept_id for c in cands[:contested(cands, weight)]], vector),
+                                        weight)) for query, cands in linked[d][i]]
         return out
 
     def _queries(self, span: Span) -> List[str]:

@@ -167,6 +167,10 @@ def test_build_context_then_calibrate_chooses_and_stores_the_weight(kb_path, tin
     texts = tmp_path / "texts.jsonl"
     texts.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(
         [NEURO.replace("MS", "multiple sclerosis"), CARDIO.replace("MS", "mitral stenosis")])), encoding="utf8")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1, "text": "Asthma."}\n{"id": 2, "text": \n', encoding="utf8")
+    refused = CliRunner().invoke(app, ["build-context", str(folder), str(bad), "--encoder", str(tiny_bert_path)])
+    assert refused.exit_code == 1 and "bad.jsonl" in refused.output and ContextPrototypes.from_disk(folder) is None
     built = CliRunner().invoke(app, ["build-context", str(folder), str(texts), "--encoder", str(tiny_bert_path)])
     assert built.exit_code == 0, built.output
     prototypes = ContextPrototypes.from_disk(folder)
