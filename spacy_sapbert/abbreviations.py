@@ -236,16 +236,17 @@ def _head_label(spans: Sequence[Span], start: int, end: int) -> Optional[int]:
     return None
 
 
-def _whole_token_occurrences(doc: Doc, short: str) -> Iterator[Tuple[int, int]]:
-    """Token ranges of ``short`` wherever it is whole tokens (case-sensitive)."""
-    for m in re.finditer(r"(?<!\w)" + re.escape(short) + r"(?!\w)", doc.text):
+def _whole_token_occurrences(doc: Doc, short: str, text: str) -> Iterator[Tuple[int, int]]:
+    """Token ranges of ``short`` wherever it is whole tokens (case-sensitive) in ``doc`` (its ``text``)."""
+    for m in re.finditer(r"(?<!\w)" + re.escape(short) + r"(?!\w)", text):
         span = doc.char_span(m.start(), m.end(), alignment_mode="strict")
         if span is not None:
             yield span.start, span.end
 
 
 def new_abbreviation_spans(
-    doc: Doc, spans: Sequence[Span], definitions: Sequence[AbbreviationDefinition], allow_overlap: bool = False
+    doc: Doc, spans: Sequence[Span], definitions: Sequence[AbbreviationDefinition], allow_overlap: bool = False,
+    text: Optional[str] = None,
 ) -> List[Tuple[int, int, int]]:
     """``(start, end, label)`` token ranges to add to ``spans`` for the uses of defined short forms.
 
@@ -284,8 +285,9 @@ def new_abbreviation_spans(
             if strict is not None:
                 add(strict.start, strict.end, label)
         labels.setdefault(d.short, label)
+    text = doc.text if text is None else text  # spaCy joins it anew at each call
     for short, label in labels.items():
-        for start, end in _whole_token_occurrences(doc, short):
+        for start, end in _whole_token_occurrences(doc, short, text):
             add(start, end, label)
     return sorted(added)
 
@@ -324,17 +326,18 @@ class AbbreviationComponent:
         return self.cfg["attr"]
 
     def __call__(self, doc: Doc) -> Doc:
-        definitions = find_abbreviation_definitions(doc.text)
+        text = doc.text
+        definitions = find_abbreviation_definitions(text)
         doc._.set(self.attr, _first_definitions(definitions))
         if not definitions or not self.cfg["find_later_uses"]:
             return doc
-        added = new_abbreviation_spans(doc, list(doc.ents), definitions)
+        added = new_abbreviation_spans(doc, list(doc.ents), definitions, text=text)
         if added:  # new entities only: the existing ones (and their kb ids) stay untouched
             doc.set_ents([Span(doc, s, e, label=label) for s, e, label in added], default="unmodified")
         key = self.cfg["spans_key"]
         if key is not None and key in doc.spans:
             group = doc.spans[key]
-            added = new_abbreviation_spans(doc, list(group), definitions, allow_overlap=True)
+            added = new_abbreviation_spans(doc, list(group), definitions, allow_overlap=True, text=text)
             if added:
                 spans = list(group) + [Span(doc, s, e, label=label) for s, e, label in added]
                 doc.spans[key] = SpanGroup(doc, name=key, attrs=dict(group.attrs), spans=spans)

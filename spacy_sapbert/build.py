@@ -59,6 +59,7 @@ def build_kb_folder(
     wait: bool = False,
     source_name: Optional[str] = None,
     priors: Optional[Mapping[str, float]] = None,
+    neighbours: Optional[bool] = None,
 ) -> LinkingKB:
     """Read ``source``, encode its names and write the KB folder ``output``; return the KB.
 
@@ -71,7 +72,8 @@ def build_kb_folder(
     process, then reuse the KB it wrote instead of building it again.
 
     A source without a single name raises ``InputError`` naming ``source_name`` and leaves an
-    existing ``output`` as it is. ``priors``: a weight per concept id (``ConceptKB.from_records``).
+    existing ``output`` as it is. ``priors``: a weight per concept id (``ConceptKB.from_records``);
+    ``neighbours``: the index's neighbour table (``VectorIndex.build``; None: its size rule).
     """
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +108,8 @@ def build_kb_folder(
         enc = encoder if isinstance(encoder, SapEncoder) else encoder()
         work = work_path(output)
         linking_kb = LinkingKB.build(
-            kb, enc, index_kind=index_kind, batch_size=batch_size, progress=progress, work_dir=work, chunk_size=chunk_size
+            kb, enc, index_kind=index_kind, batch_size=batch_size, progress=progress, work_dir=work, chunk_size=chunk_size,
+            neighbours=neighbours,
         )
         linking_kb.to_disk(output)
         shutil.rmtree(work, ignore_errors=True)

@@ -99,6 +99,11 @@ def build_kb(
     priors: Optional[Path] = typer.Option(
         None, exists=True, help="concept_id<TAB>weight lines (e.g. counts in annotated text): which concept an ambiguous name gets"
     ),
+    neighbours: Optional[bool] = typer.Option(
+        None, "--neighbours/--no-neighbours",
+        help="Keep each name's nearest names, so a mention that is a KB name is linked without a search "
+             "(default: for a flat index of up to 200,000 names; larger ones take a search per name to build)",
+    ),
 ) -> None:
     """Read an ontology, encode every name and write KB + index (resumable after a crash)."""
     from .build import build_kb_folder
@@ -118,6 +123,7 @@ def build_kb(
             reader(source, **options), lambda: SapEncoder.load(encoder, precision=precision), output, index_kind=index,
             batch_size=batch_size, on_duplicate=on_duplicate, strip_punctuation=strip_punctuation,
             source_name=f"{source} ({fmt})", priors={cid: w for cid, (w, _) in weights.items()} if priors else None,
+            neighbours=neighbours,
         )
     except UnknownPriorError as e:
         raise InputError(priors, weights[e.concept_id][1], f"{e.concept_id!r} is not a concept of {source}") from None
@@ -222,14 +228,22 @@ def annotate_command(
 
 @app.command("info")
 def info(path: Path = typer.Argument(..., exists=True, help="A KB folder or a saved pipeline")) -> None:
-    """Print what a KB or pipeline was built with (encoder, index, counts) as JSON."""
+    """Print what a KB or pipeline was built with (encoder, index, counts, context prototypes) as JSON."""
+    from .context import ContextPrototypes
     from .fileio import read_json
+
+    def described(folder: Path) -> Dict[str, Any]:
+        meta = read_json(folder / "meta.json")
+        prototypes = ContextPrototypes.from_disk(folder)
+        if prototypes is not None:
+            meta["context_prototypes"] = {"concepts": len(prototypes), **prototypes.meta}
+        return meta
 
     found: Dict[str, Any] = {}
     if (path / "meta.json").is_file():
-        found[str(path)] = read_json(path / "meta.json")
+        found[str(path)] = described(path)
     for meta in sorted(path.glob("*/kb/meta.json")):
-        found[str(meta.parent)] = read_json(meta)
+        found[str(meta.parent)] = described(meta.parent)
     if not found:
         raise typer.BadParameter(f"{path} is neither a KB folder nor a pipeline with a sapbert_linker")
     typer.echo(json.dumps(found, indent=2, ensure_ascii=False))

@@ -149,10 +149,12 @@ class ContextPrototypes:
 
     # ------------------------------------------------------------------ disk
     def to_disk(self, folder: Union[str, Path]) -> None:
+        """The vectors, then the concepts with the pair's fingerprint: each file is written atomically,
+        and ``from_disk`` refuses a pair whose files come from different builds (a write cut between them)."""
         folder = Path(folder)
         with atomic_open(folder / PROTOTYPES_FILE, "wb") as f:
             np.save(f, self.vectors, allow_pickle=False)
-        write_json(folder / CONCEPTS_FILE, {"concept_ids": self.concept_ids, **self.meta})
+        write_json(folder / CONCEPTS_FILE, {"concept_ids": self.concept_ids, **self.meta, "fingerprint": self.fingerprint})
 
     @classmethod
     def from_disk(cls, folder: Union[str, Path], mmap: bool = True) -> Optional["ContextPrototypes"]:
@@ -162,6 +164,7 @@ class ContextPrototypes:
             return None
         data = read_json(folder / CONCEPTS_FILE)
         ids = data.pop("concept_ids")
+        written = data.pop("fingerprint", None)
         if not (folder / PROTOTYPES_FILE).is_file():
             raise FileNotFoundError(f"{folder}: {CONCEPTS_FILE} names context prototypes but {PROTOTYPES_FILE} is missing; "
                                     "rebuild them with 'build-context'")
@@ -169,7 +172,11 @@ class ContextPrototypes:
         if vectors.shape != (len(ids), int(data["encoder"]["dim"])):
             raise ValueError(f"{folder / PROTOTYPES_FILE}: shape {vectors.shape}, expected {(len(ids), data['encoder']['dim'])}; "
                              "rebuild them with 'build-context'")
-        return cls(ids, vectors, data)
+        prototypes = cls(ids, vectors, data)
+        if written is not None and prototypes.fingerprint != written:
+            raise ValueError(f"{folder}: {PROTOTYPES_FILE} does not belong to {CONCEPTS_FILE} (another build's vectors; "
+                             "a write was cut between them); rebuild them with 'build-context'")
+        return prototypes
 
 
 def contested(candidates: Sequence, weight: float) -> int:

@@ -22,8 +22,9 @@ from .search import CALIBRATION_KEY, META_FILE, store_calibration
 
 ENV_CACHE = "SPACY_SAPBERT_CACHE"
 PHENOTYPIC_ABNORMALITY = "HP:0000118"
-# What the default KB folder holds; a new revision builds a new folder (2: the is_a hierarchy).
-DEFAULT_KB_REVISION = 2
+# What the default KB folder holds; a new revision builds a new folder (2: the is_a hierarchy;
+# 3: the index's neighbour table).
+DEFAULT_KB_REVISION = 3
 SHIPPED_HPO = Path(__file__).parent / "data" / "hpo_calibration.json"
 
 

@@ -13,7 +13,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 import faiss
 import numpy as np
 
-from .fileio import FileStamp, atomic_path, file_stamp, read_json, stamped_path, write_json
+from .fileio import FileStamp, atomic_open, atomic_path, file_stamp, read_json, stamped_path, write_json
 
 INDEX_KINDS = ("flat", "flat-fp16", "sq8", "hnsw", "ivf-sq8", "ivf-fp16", "ivf-pq")
 INDEX_FILE = "index.faiss"
@@ -33,6 +33,13 @@ SHORTLIST_CHUNK = 1024  # names per chunk: the search keeps the chunks whose bes
 # sum rounded to bf16 (u(1 + u)²), u = 2^-8; plus fp32 accumulation (under 2e-4 up to 3,000 dimensions).
 BF16_UNIT = 2.0**-8
 SHORTLIST_ERROR = 3 * BF16_UNIT + 3 * BF16_UNIT**2 + BF16_UNIT**3 + 2e-4
+# A flat index keeps each name's own search result (``VectorIndex.build_neighbours``): a mention that
+# is a KB name is searched with that name's stored vector, so its nearest names are known at build
+# time and the linker reads them instead of searching (``neighbours_of``).
+NEIGHBOURS_ROWS = "neighbours.rows.npy"  # (n, k) int32 name rows, best first
+NEIGHBOURS_SCORES = "neighbours.scores.npy"  # (n, k) float32, as ``search`` returns them
+NEIGHBOURS_K = 20  # the linker's name depth at its default top_k (``LinkingKB.candidates``: max(4 × top_k, 20))
+NEIGHBOURS_MAX_NAMES = 200_000  # built by default up to here: a search per name (MEDIC, 72k names: seconds)
 
 
 TRAIN_SAMPLE = 200_000  # vectors used to train SQ8 ranges and IVF centroids
@@ -215,6 +222,7 @@ class VectorIndex:
         self._gpu_index = None  # a FAISS GPU clone of a compressed index, when faiss-gpu is installed
         self._source: Optional[Tuple[str, FileStamp]] = None  # the folder, when memory-mapped by ``from_disk``
         self._shortlist = None  # a flat index's bf16 copy (torch, padded to whole chunks): mapped or made once
+        self.neighbours: Optional[Tuple[np.ndarray, np.ndarray]] = None  # (scores, rows) per name: ``build_neighbours``
 
     def __getstate__(self) -> dict:
         """A memory-mapped index pickles as its folder (a worker maps it again: ``nlp.pipe(n_process=...)``
@@ -265,11 +273,13 @@ class VectorIndex:
 
     @classmethod
     def build(
-        cls, vectors: Union[np.ndarray, Sequence[np.ndarray]], kind: str = "auto", seed: int = 0, nprobe: Optional[int] = None
+        cls, vectors: Union[np.ndarray, Sequence[np.ndarray]], kind: str = "auto", seed: int = 0, nprobe: Optional[int] = None,
+        neighbours: Optional[bool] = None, progress: bool = False,
     ) -> "VectorIndex":
         """Build an index over L2-normalised float32 vectors: one (n, dim) array, or a sequence of
         them (e.g. memory-mapped encoding chunks), added one at a time so that a KB of millions of
-        names never needs a second full copy in memory."""
+        names never needs a second full copy in memory. ``neighbours``: keep each name's nearest
+        names (``build_neighbours``); None: for a ``flat`` index of up to ``NEIGHBOURS_MAX_NAMES``."""
         chunks = [vectors] if isinstance(vectors, np.ndarray) else list(vectors)
         if any(c.ndim != 2 for c in chunks) or not chunks:
             raise ValueError("expected a 2-d array of vectors (or a non-empty sequence of them)")
@@ -304,7 +314,36 @@ class VectorIndex:
         if kind in RERANK_KINDS:
             meta.update(rerank="fp16", rerank_candidates=RERANK_CANDIDATES)
             return cls(index, meta, rerank=chunks)
-        return cls(index, meta)
+        built = cls(index, meta)
+        if neighbours or (neighbours is None and kind == "flat" and 0 < n <= NEIGHBOURS_MAX_NAMES):
+            built.build_neighbours(progress=progress)
+        return built
+
+    def build_neighbours(self, k: int = NEIGHBOURS_K, batch: int = 2048, progress: bool = False) -> None:
+        """Search every name's stored vector once and keep its ``k`` nearest names: what ``search``
+        returns for a mention that is that name (the linker searches with the stored vector)."""
+        if not isinstance(self.index, faiss.IndexFlat):
+            raise ValueError(f"a neighbour table needs the exact vectors of a flat index, not {self.meta.get('kind')!r}")
+        from tqdm import tqdm
+
+        n, k = len(self), max(1, min(k, len(self)))
+        scores, rows = np.empty((n, k), np.float32), np.empty((n, k), np.int32)
+        for start in tqdm(range(0, n, batch), desc="neighbour table", unit="block", disable=not progress):
+            block = np.arange(start, min(n, start + batch))
+            scores[block], rows[block] = self.search(self.stored_vectors(block), k)
+        self.neighbours = (scores, rows)
+        self.meta["neighbours"] = k
+
+    def neighbours_of(self, rows: np.ndarray, k: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """The stored search result (scores, name rows) of the names at ``rows`` with depth ``k``, or
+        None where the table is missing or shallower than ``k`` (then search)."""
+        if self.neighbours is None:
+            return None
+        k = max(1, min(k, len(self)))
+        scores, found = self.neighbours
+        if k > scores.shape[1]:
+            return None
+        return np.array(scores[rows, :k], dtype=np.float32), np.array(found[rows, :k], dtype=np.int64)
 
     def set_ef_search(self, ef_search: int) -> None:
         """HNSW's candidate list size per query (recall against speed); recorded so it is saved."""
@@ -494,6 +533,10 @@ class VectorIndex:
             self._write_rerank(path / RERANK_FILE)
         if self.meta.get("shortlist"):
             self._write_shortlist(path / SHORTLIST_FILE)
+        if self.neighbours is not None:
+            for name, array in zip((NEIGHBOURS_SCORES, NEIGHBOURS_ROWS), self.neighbours):
+                with atomic_open(path / name, "wb") as f:
+                    np.save(f, np.asarray(array), allow_pickle=False)
         write_json(path / INDEX_META, self.meta)
 
     def _write_shortlist(self, target: Path) -> None:
@@ -548,6 +591,8 @@ class VectorIndex:
         loaded = cls(index, meta, rerank=rerank)
         if meta.get("shortlist"):
             loaded._shortlist = _read_shortlist(path, index.ntotal, index.d, mmap)
+        if meta.get("neighbours"):
+            loaded.neighbours = _read_neighbours(path, index.ntotal, int(meta["neighbours"]), mmap)
         loaded._apply_search_settings()
         if mmap:
             loaded._source = (str(path.resolve()), file_stamp(path / INDEX_FILE))
@@ -572,6 +617,19 @@ def _read_shortlist(path: Path, n: int, dim: int, mmap: bool):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # a read-only mapping; we never write to it
         return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
+
+
+def _read_neighbours(path: Path, n: int, k: int, mmap: bool) -> Tuple[np.ndarray, np.ndarray]:
+    """The neighbour table ``to_disk`` wrote: (scores, rows), each (n, k), mapped when ``mmap``."""
+    found = []
+    for name, dtype in ((NEIGHBOURS_SCORES, np.float32), (NEIGHBOURS_ROWS, np.int32)):
+        if not (path / name).is_file():
+            raise FileNotFoundError(f"{path} has no {name}, which its {INDEX_META} says it keeps: rebuild the KB")
+        array = np.load(path / name, mmap_mode="r" if mmap else None, allow_pickle=False)
+        if array.dtype != dtype or array.shape != (n, k):
+            raise ValueError(f"{path}/{name} holds {array.dtype} {array.shape}, expected {np.dtype(dtype)} ({n}, {k}): rebuild the KB")
+        found.append(array)
+    return found[0], found[1]
 
 
 def exact_top_k(chunks: Sequence[np.ndarray], queries: np.ndarray, k: int) -> np.ndarray:

@@ -536,8 +536,9 @@ class SapBertLinker(Pipe):
             if k in self._cache:
                 self._cache.move_to_end(k)
         if missing:
-            vectors = self._query_vectors(missing)
-            found_now = self.linking_kb.candidates(vectors, top_k=self.top_k, queries=missing, fusion_weight=self.effective_fusion_weight)
+            vectors, name_rows = self._query_vectors(missing)
+            found_now = self.linking_kb.candidates(vectors, top_k=self.top_k, queries=missing, fusion_weight=self.effective_fusion_weight,
+                                                   name_rows=name_rows)
             for key, cands in zip(missing, found_now):
                 self._cache[key] = cands
         found = {k: self._cache[k] for k in keys}
@@ -549,10 +550,12 @@ class SapBertLinker(Pipe):
                 del self._cache[key]
         return found
 
-    def _query_vectors(self, keys: Sequence[str]) -> np.ndarray:
+    def _query_vectors(self, keys: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
         """The search vectors of normalised queries: the encoder's, except that with ``exact_names``
         a query that is a KB name takes that name's vector from the index (no encoding: most
-        mentions are KB names). Where the index keeps only codes, every query is encoded."""
+        mentions are KB names). Where the index keeps only codes, every query is encoded. Also each
+        query's name row where it took that name's vector (-1 elsewhere): the KB's neighbour table
+        then answers it without a search."""
         assert self.linking_kb is not None and self.encoder is not None
         kb = self.linking_kb.kb
         rows = [kb.row_of_name(k) for k in keys] if self.exact_names else [None] * len(keys)
@@ -561,12 +564,14 @@ class SapBertLinker(Pipe):
         if stored is None:
             named = []
         out = np.empty((len(keys), self.linking_kb.index.dim), dtype=np.float32)
+        name_rows = np.full(len(keys), -1, dtype=np.int64)
         if named:
             out[named] = stored
+            name_rows[named] = [rows[i] for i in named]
         rest = [i for i, row in enumerate(rows) if row is None or stored is None]
         if rest:
             out[rest] = self.encoder.encode([keys[i] for i in rest], batch_size=self.batch_size)
-        return out
+        return out, name_rows
 
     def _cache_key(self) -> Dict[str, Any]:
         """What the cached candidates depend on: the KB, its index, the encoder, its precision, ``top_k``,

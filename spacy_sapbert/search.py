@@ -79,8 +79,9 @@ class LinkingKB:
         progress: bool = False,
         work_dir: Optional[Union[str, Path]] = None,
         chunk_size: int = 50_000,
+        neighbours: Optional[bool] = None,
     ) -> "LinkingKB":
-        """Encode every KB name and index the vectors.
+        """Encode every KB name and index the vectors (``neighbours``: ``VectorIndex.build``'s).
 
         With ``work_dir``, encoded chunks are kept there so that an interrupted build resumes
         where it stopped (only if the KB and the encoder are the same).
@@ -91,7 +92,7 @@ class LinkingKB:
         else:  # the index reads the memory-mapped chunks: millions of vectors never sit in memory twice
             files = encode_chunks(encoder, kb.names, kb.fingerprint, work_dir, batch_size, progress, chunk_size)
             vectors = [np.load(f, mmap_mode="r", allow_pickle=False) for f in files] or np.zeros((0, encoder.dim), np.float32)
-        return cls.assemble(kb, VectorIndex.build(vectors, kind=index_kind), encoder)
+        return cls.assemble(kb, VectorIndex.build(vectors, kind=index_kind, neighbours=neighbours, progress=progress), encoder)
 
     @classmethod
     def assemble(cls, kb: ConceptKB, index: VectorIndex, encoder: SapEncoder) -> "LinkingKB":
@@ -149,13 +150,22 @@ class LinkingKB:
             )
 
     # ------------------------------------------------------------------ search
-    def search_names(self, vectors: np.ndarray, k: int) -> tuple:
-        """Raw nearest names: (scores, name rows), each (n, k)."""
-        return self.index.search(vectors, k)
+    def search_names(self, vectors: np.ndarray, k: int, name_rows: Optional[np.ndarray] = None) -> tuple:
+        """Raw nearest names: (scores, name rows), each (n, k). A query whose vector is the stored one
+        of the name at ``name_rows[i]`` (-1: any other vector) is answered from the index's neighbour
+        table where it has one: the same search, made when the KB was built."""
+        table = None if name_rows is None else self.index.neighbours_of(np.maximum(name_rows, 0), k)
+        if table is None:
+            return self.index.search(vectors, k)
+        scores, rows = table
+        rest = np.flatnonzero(name_rows < 0)
+        if len(rest):
+            scores[rest], rows[rest] = self.index.search(vectors[rest], k)
+        return scores, rows
 
     def candidates(
         self, vectors: np.ndarray, top_k: int = 5, name_k: Optional[int] = None, queries: Optional[Sequence[str]] = None,
-        fusion_weight: float = 0.0,
+        fusion_weight: float = 0.0, name_rows: Optional[np.ndarray] = None,
     ) -> List[List[Candidate]]:
         """Concept candidates per query vector: best name score per concept, best first.
 
@@ -166,9 +176,10 @@ class LinkingKB:
         ``fusion_weight`` w > 0 (needs ``queries``): each of the ``name_k`` nearest names scores
         (1 - w) × its cosine + w × the cosine of the query's and the name's character 3-gram TF-IDF
         vectors (``sparse.CharTfidf``), which rewards shared spelling the encoder missed.
+        ``name_rows``: where a vector is a KB name's stored one (``search_names``).
         """
         name_k = name_k or max(4 * top_k, 20)
-        scores, rows = self.search_names(vectors, name_k)
+        scores, rows = self.search_names(vectors, name_k, name_rows)
         scores = np.clip(np.asarray(scores, dtype=np.float64), -1.0, 1.0)
         if queries is not None and len(queries) != len(scores):
             raise ValueError(f"{len(queries)} queries for {len(scores)} vectors")
@@ -180,11 +191,12 @@ class LinkingKB:
         out: List[List[Candidate]] = []
         for i, (srow, rrow) in enumerate(zip(scores, rows)):
             best: Dict[int, Candidate] = {}
+            own = self._own_row(queries[i]) if queries is not None else None
             for score, name_row in zip(srow.tolist(), rrow.tolist()):
                 if name_row < 0:
                     continue
                 if queries is not None:
-                    score = 1.0 if self.kb.names[name_row] == queries[i] else min(score, BELOW_ONE)
+                    score = 1.0 if name_row == own else min(score, BELOW_ONE)
                 concepts = self.kb.concepts_of_name(name_row)
                 ambiguous = len(concepts) > 1
                 for c in concepts.tolist():
@@ -195,6 +207,11 @@ class LinkingKB:
                 ranked = self.prefer_broader(ranked, queries[i])
             out.append(ranked[:top_k])
         return out
+
+    def _own_row(self, query: str) -> Optional[int]:
+        """The row of the name that is exactly ``query``, if any (one lookup instead of a string per name)."""
+        row = self.kb.row_of_name(query)
+        return row if row is not None and self.kb.names[row] == query else None
 
     def prefer_broader(self, ranked: List[Candidate], query: str) -> List[Candidate]:
         """``ranked`` with a broader concept first where the mention does not say what the top one

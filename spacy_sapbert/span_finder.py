@@ -425,10 +425,10 @@ class SpanFinder:
             self.set_annotations(docs, self.predict(docs))
             yield from docs
 
-    def proposals(self, doc: Doc) -> List[Proposal]:
-        """``propose`` with this component's settings."""
+    def proposals(self, doc: Doc, text: Optional[str] = None) -> List[Proposal]:
+        """``propose`` with this component's settings (``text``: ``doc.text``, which spaCy joins anew at each call)."""
         return propose(doc, self.name_index(), self.max_words, self.max_generic_share, self.acronyms,
-                       introduced_short_forms(doc.text), self.max_modifiers)
+                       introduced_short_forms(doc.text if text is None else text), self.max_modifiers)
 
     def predict(self, docs: Sequence[Doc]) -> List[List[Tuple[Span, float]]]:
         """Per doc, the proposals the encoder accepts, with their scores: at least ``threshold``
@@ -443,8 +443,9 @@ class SpanFinder:
         first, and a proposal overlapping an accepted longer one (or, when only ``doc.ents`` is
         written, an entity an earlier detector set) is never searched: it could not be kept.
         """
-        defined = [find_abbreviations(doc.text) if self.abbreviations else {} for doc in docs]
-        proposals = [self.proposals(doc) for doc in docs]
+        texts = [doc.text for doc in docs]
+        defined = [find_abbreviations(text) if self.abbreviations else {} for text in texts]
+        proposals = [self.proposals(doc, text) for doc, text in zip(docs, texts)]
         minimum = {"exact": self.threshold, "coordinated": self.threshold, "partial": self.partial_threshold,
                    "modified": self.modifier_threshold}
         linker = self._linker()

@@ -90,6 +90,9 @@ def test_prototypes_are_mean_sentence_vectors_and_round_trip(tiny_encoder, tmp_p
     np.testing.assert_array_equal(np.asarray(back.vectors), protos.vectors)
     (tmp_path / "none").mkdir()
     assert ContextPrototypes.from_disk(tmp_path / "none") is None
+    np.save(tmp_path / PROTOTYPES_FILE, protos.vectors[::-1].copy())  # same shape, another build's vectors
+    with pytest.raises(ValueError, match="does not belong to.*build-context"):
+        ContextPrototypes.from_disk(tmp_path)
     (tmp_path / PROTOTYPES_FILE).unlink()
     with pytest.raises(FileNotFoundError, match="build-context"):
         ContextPrototypes.from_disk(tmp_path)
@@ -175,6 +178,8 @@ def test_build_context_then_calibrate_chooses_and_stores_the_weight(kb_path, tin
     assert built.exit_code == 0, built.output
     prototypes = ContextPrototypes.from_disk(folder)
     assert sorted(prototypes.concept_ids) == ["D:MIS", "D:MS"] and prototypes.meta["examples"] == 2
+    described = json.loads(CliRunner().invoke(app, ["info", str(folder)]).stdout)[str(folder)]["context_prototypes"]
+    assert described["concepts"] == 2 and described["examples"] == 2
     title, abstract = NEURO, CARDIO
     text = f"{title} {abstract}"
     first, second = text.index("MS"), text.index("MS", len(title))

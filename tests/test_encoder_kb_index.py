@@ -185,7 +185,7 @@ def test_a_broader_concept_goes_first_when_the_mention_lacks_the_subtypes_words(
 
     def search(scores):  # the index answers these scores, best first
         names = sorted(scores, key=lambda n: -scores[n])
-        return lambda vectors, k: (np.array([[scores[n] for n in names]]), np.array([[rows[n] for n in names]]))
+        return lambda vectors, k, name_rows=None: (np.array([[scores[n] for n in names]]), np.array([[rows[n] for n in names]]))
 
     def ranked(query, scores):
         monkeypatch.setattr(linking, "search_names", search(scores))
@@ -363,6 +363,51 @@ def test_linking_kb_exact_names_link_to_their_concepts(tiny_encoder, tmp_path):
     assert results[2][0].concept_id == "D4"
     assert all(len(r) <= 3 for r in results)
     assert len({c.concept_id for c in results[0]}) == len(results[0])  # one candidate per concept
+
+
+def test_a_names_own_search_is_kept_at_build_and_read_instead_of_searching(tiny_encoder, tmp_path, monkeypatch):
+    """The neighbour table: each name's search result, made once at build, answers a query that is
+    that name's stored vector; other queries are searched; damaged tables are refused."""
+    from spacy_sapbert.index import NEIGHBOURS_ROWS, NEIGHBOURS_SCORES
+
+    built = LinkingKB.build(RECORDS, tiny_encoder)
+    index, n = built.index, len(built.index)
+    assert index.meta["neighbours"] == n  # a KB of fewer than NEIGHBOURS_K names keeps all of them
+    rows = np.arange(n)
+    table = index.neighbours_of(rows, 20)
+    searched = index.search(index.stored_vectors(rows), 20)
+    np.testing.assert_array_equal(table[0], searched[0])
+    np.testing.assert_array_equal(table[1], searched[1])
+    built.to_disk(tmp_path / "kb")
+    loaded = LinkingKB.from_disk(tmp_path / "kb")
+    np.testing.assert_array_equal(loaded.index.neighbours_of(rows, 20)[1], table[1])
+
+    queries = ["asthma", "heart attack", "asthmatic heart"]
+    name_rows = np.array([loaded.kb.row_of_name(q) if loaded.kb.row_of_name(q) is not None else -1 for q in queries])
+    vectors = np.where(name_rows[:, None] >= 0, loaded.index.stored_vectors(np.maximum(name_rows, 0)), tiny_encoder.encode(queries))
+    def ranked(linking_kb, **kw):
+        found = linking_kb.candidates(vectors, queries=queries, **kw)
+        return [[(c.concept_id, c.name, c.ambiguous) for c in cands] for cands in found], [c.score for cs in found for c in cs]
+
+    expected, scores = ranked(loaded)  # every query searched
+    calls = []
+    search = loaded.index.search
+    monkeypatch.setattr(loaded.index, "search", lambda v, k: calls.append(len(v)) or search(v, k))
+    for linking_kb in (loaded, LinkingKB.build(RECORDS, tiny_encoder, neighbours=False)):
+        got, got_scores = ranked(linking_kb, name_rows=name_rows)  # one query searched alone may round apart from three
+        assert got == expected and got_scores == pytest.approx(scores, abs=1e-6)
+    assert calls == [1]  # with the table, only the query that is no KB name is searched
+    without = LinkingKB.build(RECORDS, tiny_encoder, neighbours=False)
+    assert "neighbours" not in without.index.meta and without.index.neighbours_of(rows, 20) is None
+    with pytest.raises(ValueError, match="flat index"):
+        VectorIndex.build(np.eye(4, dtype=np.float32), kind="hnsw").build_neighbours()
+
+    np.save(tmp_path / "kb" / NEIGHBOURS_ROWS, np.zeros((n, 2), np.int32))
+    with pytest.raises(ValueError, match=f"{NEIGHBOURS_ROWS} holds .*rebuild the KB"):
+        LinkingKB.from_disk(tmp_path / "kb")
+    (tmp_path / "kb" / NEIGHBOURS_SCORES).unlink()
+    with pytest.raises(FileNotFoundError, match=f"no {NEIGHBOURS_SCORES}.*rebuild the KB"):
+        LinkingKB.from_disk(tmp_path / "kb")
 
 
 def test_linking_kb_refuses_another_encoder(tiny_encoder, tiny_bert_path, tmp_path):

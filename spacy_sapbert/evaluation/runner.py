@@ -171,7 +171,8 @@ def dictionary_kb_folder(
 ) -> Tuple[Path, Dict[str, object]]:
     """The KB folder of an evaluation dictionary (exact ``flat`` index), cached in
     ``cache_dir/kbs`` under the KB's and the encoder's fingerprints and the precision."""
-    tag = ("strip" if kb.strip_punctuation else "keep") + names_hash(kb.display_names)[:8]  # not in the fingerprint
+    # what the fingerprint does not cover: punctuation, display names, and "n" since indexes keep a neighbour table
+    tag = ("strip" if kb.strip_punctuation else "keep") + names_hash(kb.display_names)[:8] + "n"
     folder = Path(cache_dir) / "kbs" / f"{kb.fingerprint[:16]}-{tag}-{encoder.fingerprint[:16]}-{encoder.precision}"
     info: Dict[str, object] = {"kb_folder": str(folder), "kb_cache_hit": (folder / META_FILE).is_file()}
     if not info["kb_cache_hit"]:
