@@ -436,8 +436,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     base = {"texts": texts, "threads": args.threads, "processes": args.processes, "repeats": args.repeats,
             "medic": str(args.medic.resolve()), "mesh": str(args.mesh.resolve())}
     encoded: List[str] = []
-    for code, folder in codes.items():
-        for name in args.pipelines:
+    for name in args.pipelines:  # each pipeline's checkouts back to back: a machine that drifts shifts both alike
+        for code, folder in codes.items():
             if name.startswith("ner-trf") and not (folder / "spacy_sapbert" / "tagger.py").is_file():
                 continue  # a checkout from before the transformer NER
             run = run_worker(folder, {**base, "pipeline": name})

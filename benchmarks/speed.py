@@ -60,7 +60,7 @@ def median_time(fn: Callable[[], object], repeats: int) -> float:
 
 def medic_kb_path(encoder: SapEncoder, cache: Path) -> Path:
     """The MEDIC KB folder for this encoder, built once and cached (building is not what we time here)."""
-    path = cache / f"kb-medic-{encoder.fingerprint[:12]}"
+    path = cache / f"kb-medic-n-{encoder.fingerprint[:12]}"  # "n": built since indexes keep a neighbour table
     if not (path / "meta.json").is_file():
         LinkingKB.build(dictionary_records("ncbi-disease"), encoder, progress=True, work_dir=cache / "kb-medic.partial").to_disk(path)
     return path
@@ -385,7 +385,7 @@ def main(
         results["scispacy"] = scispacy_rates(scispacy_python, lkb, docs, distinct_docs, threads, repeats, cache)
         typer.echo(f"scispacy: {results['scispacy']}", err=True)
     results["peak_rss_mb"] = peak_rss_mb()
-    results["pipeline_load"] = pipeline_load(kb_path, cache / f"pipeline-medic-{encoder.fingerprint[:12]}", threads)
+    results["pipeline_load"] = pipeline_load(kb_path, cache / f"pipeline-medic-n-{encoder.fingerprint[:12]}", threads)
     runs = stored_umls_runs(read_json(output)) if output.is_file() else []
     if not quick:
         newest = {"command": results["command"], **measure(umls_names, cache / "umls-scale", umls_kinds, None, threads)}
