@@ -43,6 +43,9 @@ def test_build_kb_link_and_info(tmp_path, tiny_bert_path):
     info = runner.invoke(app, ["info", str(tmp_path / "kb")])
     meta = json.loads(info.stdout)[str(tmp_path / "kb")]
     assert meta["stats"]["concepts"] == 3 and meta["encoder"]["pooling"] == "cls"
+    assert meta["index"]["neighbours"] == meta["index"]["n"] == 7  # a small flat index keeps a neighbour table of all its names
+    assert build(tmp_path, tiny_bert_path, TABLE, "--no-neighbours").exit_code == 0
+    assert "neighbours" not in json.loads((tmp_path / "kb" / "index.json").read_text())
 
 
 def last_line(result) -> str:
