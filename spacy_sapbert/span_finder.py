@@ -168,34 +168,35 @@ class Proposal:
     kind: str
 
 
-class TokenRow(NamedTuple):
-    lower: int  # the lower-case form's string hash
-    keys: Optional[Tuple[str, ...]]  # ``NameIndex.token_keys``: None where a mention cannot continue
-    sent_start: bool
-    attached: bool  # no whitespace after it ("thrombo-" in "thrombo-embolism")
+class TokenColumns(NamedTuple):
+    """What proposing needs of each token, one list per attribute (index i = token i)."""
+
+    lower: List[int]  # the lower-case form's string hash
+    keys: List[Optional[Tuple[str, ...]]]  # ``NameIndex.token_keys``: None where a mention cannot continue
+    sent_start: List[bool]
+    attached: List[bool]  # no whitespace after it ("thrombo-" in "thrombo-embolism")
 
 
-def token_rows(doc: Doc, index: NameIndex) -> List[TokenRow]:
-    """What proposing needs of each token, read from arrays: Token objects are slow to make."""
+def token_columns(doc: Doc, index: NameIndex) -> TokenColumns:
+    """Read from arrays, not Token objects, and kept as columns, not a tuple per token: both are slow to make."""
     if not len(doc):
-        return []
-    rows = doc.to_array([LOWER, IS_SPACE, SENT_START, SPACY]).tolist()
+        return TokenColumns([], [], [], [])
+    lower, is_space, flag, space = doc.to_array([LOWER, IS_SPACE, SENT_START, SPACY]).T.tolist()
     strings = doc.vocab.strings
-    return [
-        TokenRow(lower, None if is_space else index.token_keys(lower, strings), flag == 1, not space)
-        for lower, is_space, flag, space in rows
-    ]
+    return TokenColumns(lower, [None if blank else index.token_keys(h, strings) for h, blank in zip(lower, is_space)],
+                        [f == 1 for f in flag], [not sp for sp in space])
 
 
-def modifier_starts(rows: Sequence[TokenRow], start: int, index: NameIndex, max_words: int) -> List[int]:
+def modifier_starts(tokens: TokenColumns, start: int, index: NameIndex, max_words: int) -> List[int]:
     """Where a mention starting at ``start`` would start with 1, 2, … ``max_words`` KB modifiers
     before it ("hereditary | breast cancer", "X-linked | adrenoleukodystrophy"), never across a
     sentence start or a function word; a hyphen counts only inside a word."""
     starts: List[int] = []
     i = start - 1
-    while i >= 0 and len(starts) < max_words and not rows[i + 1].sent_start:
-        keys = rows[i].keys
-        if keys == () and rows[i].attached and i > 0 and rows[i - 1].attached and rows[i - 1].keys:
+    keyed, attached = tokens.keys, tokens.attached
+    while i >= 0 and len(starts) < max_words and not tokens.sent_start[i + 1]:
+        keys = keyed[i]
+        if keys == () and attached[i] and i > 0 and attached[i - 1] and keyed[i - 1]:
             i -= 1  # the hyphen of "X-linked": look at "X"
             continue
         if not keys or not all(k in index.modifiers for k in keys):
@@ -225,10 +226,9 @@ def propose(
     A name with up to ``max_modifiers`` KB modifiers before it is proposed too, as ``"modified"``
     ("hemorrhagic cystitis"): the encoder decides whether the modifier belongs to the mention.
     """
-    rows = token_rows(doc, index)
+    tokens = token_columns(doc, index)
     strings = doc.vocab.strings
-    keyed = [r.keys for r in rows]
-    sent_start = [r.sent_start for r in rows]
+    keyed, sent_start = tokens.keys, tokens.sent_start
     found: List[Proposal] = []
     n = len(doc)
     for start in range(n):
@@ -258,9 +258,9 @@ def propose(
                     continue
             found.append(Proposal(start, end, kind))
             if kind == "exact":
-                found.extend(Proposal(s, end, "modified") for s in modifier_starts(rows, start, index, max_modifiers))
+                found.extend(Proposal(s, end, "modified") for s in modifier_starts(tokens, start, index, max_modifiers))
             before = start - 1
-            while before >= 0 and strings[rows[before].lower] in COORDINATORS:
+            while before >= 0 and strings[tokens.lower[before]] in COORDINATORS:
                 before -= 1
             if end - start >= 2 and 0 <= before < start - 1 and keyed[before]:
                 # "breast and/or | ovarian cancer": does "breast" + "cancer" name something too?
