@@ -39,7 +39,7 @@ SHORTLIST_ERROR = 3 * BF16_UNIT + 3 * BF16_UNIT**2 + BF16_UNIT**3 + 2e-4
 NEIGHBOURS_ROWS = "neighbours.rows.npy"  # (n, k) int32 name rows, best first
 NEIGHBOURS_SCORES = "neighbours.scores.npy"  # (n, k) float32, as ``search`` returns them
 NEIGHBOURS_K = 20  # the linker's name depth at its default top_k (``LinkingKB.candidates``: max(4 × top_k, 20))
-NEIGHBOURS_MAX_NAMES = 200_000  # built by default up to here: a search per name (MEDIC, 72k names: seconds)
+NEIGHBOURS_MAX_NAMES = 200_000  # built by default up to here: a search per name (MEDIC, 72k names: under a minute)
 
 
 TRAIN_SAMPLE = 200_000  # vectors used to train SQ8 ranges and IVF centroids
