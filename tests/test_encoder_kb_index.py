@@ -399,6 +399,9 @@ def test_a_names_own_search_is_kept_at_build_and_read_instead_of_searching(tiny_
     assert calls == [1]  # with the table, only the query that is no KB name is searched
     without = LinkingKB.build(RECORDS, tiny_encoder, neighbours=False)
     assert "neighbours" not in without.index.meta and without.index.neighbours_of(rows, 20) is None
+    without.index.build_neighbours(k=3)  # a shallow table: deeper searches are searched
+    assert without.index.neighbours_of(rows, 4) is None
+    np.testing.assert_array_equal(without.index.neighbours_of(rows, 2)[1], without.index.search(without.index.stored_vectors(rows), 2)[1])
     with pytest.raises(ValueError, match="flat index"):
         VectorIndex.build(np.eye(4, dtype=np.float32), kind="hnsw").build_neighbours()
 
