@@ -23,18 +23,16 @@ Writes ``benchmarks/results/context_rerank.json`` and the README's ``CONTEXT-RER
 """
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
-from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
+from readme_tables import publish  # benchmarks/readme_tables.py, beside this script
+from weight_sweep import command, run_sweep, sweep_parser
 
 from spacy_sapbert.evaluation.end_to_end import evaluate_end_to_end
 from spacy_sapbert.evaluation.runner import DICTIONARIES, evaluate
 from spacy_sapbert.fileio import read_json, write_json
-from spacy_sapbert.machine import machine_description
 
 OUT = Path("benchmarks/results/context_rerank.json")
 README = Path("benchmarks/README.md")
@@ -128,33 +126,21 @@ def render(result: Dict[str, Any]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--weights", type=float, nargs="+", default=list(WEIGHTS))
-    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
-    parser.add_argument("--dictionaries", nargs="+", default=list(DICTIONARIES), choices=DICTIONARIES)
-    parser.add_argument("--output", type=Path, default=OUT)
-    parser.add_argument("--render-only", action="store_true")
+    parser = sweep_parser(__doc__, WEIGHTS, DATASETS, DICTIONARIES, OUT)
     parser.add_argument("--end-to-end", action="store_true", help="also (or, with --from-saved, only) the end-to-end rows")
     parser.add_argument("--from-saved", action="store_true", help="take the chosen weights from the saved JSON")
     args = parser.parse_args(argv)
     if args.render_only or args.from_saved:
         result = read_json(args.output)
     else:
-        if 0.0 not in args.weights:
-            parser.error("--weights must include 0 (reranking off), the baseline")
-        load = [round(x, 2) for x in os.getloadavg()]
-        rows: List[Dict[str, Any]] = [measure(d, x, args.weights) for d in args.datasets for x in args.dictionaries]
-        result = {"command": "python benchmarks/context_rerank.py " + " ".join(sys.argv[1:] if argv is None else argv),
-                  "machine": machine_description(), "load_average_before": load, "weights": args.weights, "rows": rows}
-        write_json(args.output, result)
+        result = run_sweep(parser, args, argv, "benchmarks/context_rerank.py", measure, "reranking off")
     if args.end_to_end:
         for row in result["rows"]:
             if row["dataset"] in args.datasets and row["dictionary"] in args.dictionaries and row["chosen_weight"]:
                 row["end_to_end"] = end_to_end(row)
-        result["end_to_end_command"] = "python benchmarks/context_rerank.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        result["end_to_end_command"] = command("benchmarks/context_rerank.py", argv)
         write_json(args.output, result)
-    update_readme(README, render(result), block=BLOCK)
-    print(render(result))
+    publish(README, BLOCK, render(result))
     return result
 
 

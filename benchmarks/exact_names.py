@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
+from readme_tables import publish  # benchmarks/readme_tables.py, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "exact_names.json"
@@ -116,8 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "kbs": {"MEDIC": compare(args.medic, mentions, args.names), "HPO default": compare(default_kb_path(), mentions, args.names)},
     }
     write_json(args.output, result)
-    update_readme(README, render(result), block=BLOCK)
-    print(render(result))
+    publish(README, BLOCK, render(result))
     return result
 
 

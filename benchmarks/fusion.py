@@ -16,18 +16,16 @@ Everything runs with one torch thread, as ``evaluate`` does by default. Writes
 """
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
-from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
+from readme_tables import publish  # benchmarks/readme_tables.py, beside this script
+from weight_sweep import run_sweep, sweep_parser
 
 from spacy_sapbert.evaluation.end_to_end import evaluate_end_to_end
 from spacy_sapbert.evaluation.runner import evaluate
-from spacy_sapbert.fileio import read_json, write_json
-from spacy_sapbert.machine import machine_description
+from spacy_sapbert.fileio import read_json
 
 OUT = Path("benchmarks/results/fusion.json")
 README = Path("benchmarks/README.md")
@@ -95,27 +93,14 @@ def render(result: Dict[str, Any]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--weights", type=float, nargs="+", default=list(WEIGHTS))
-    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
-    parser.add_argument("--dictionaries", nargs="+", default=list(DICTIONARIES), choices=DICTIONARIES)
-    parser.add_argument("--output", type=Path, default=OUT)
+    parser = sweep_parser(__doc__, WEIGHTS, DATASETS, DICTIONARIES, OUT)
     parser.add_argument("--no-render", action="store_true")
-    parser.add_argument("--render-only", action="store_true")
     args = parser.parse_args(argv)
     if args.render_only:
         result = read_json(args.output)
     else:
-        if 0.0 not in args.weights:
-            parser.error("--weights must include 0 (fusion off), the baseline")
-        load = [round(x, 2) for x in os.getloadavg()]
-        rows: List[Dict[str, Any]] = [measure(d, x, args.weights) for d in args.datasets for x in args.dictionaries]
-        result = {"command": "python benchmarks/fusion.py " + " ".join(sys.argv[1:] if argv is None else argv),
-                  "machine": machine_description(), "load_average_before": load, "weights": args.weights, "rows": rows}
-        write_json(args.output, result)
-    if not args.no_render:
-        update_readme(README, render(result), block=BLOCK)
-    print(render(result))
+        result = run_sweep(parser, args, argv, "benchmarks/fusion.py", measure, "fusion off")
+    publish(README, BLOCK, render(result), to_readme=not args.no_render)
     return result
 
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
+from readme_tables import publish, update_readme  # benchmarks/readme_tables.py, beside this script
 
 from spacy_sapbert.fileio import read_json, write_json
 from spacy_sapbert.machine import machine_description
@@ -147,8 +147,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
         "speed_ratio": round(detectors["ner-trf"]["speed"][top]["abstracts_per_s"] / detectors["ner"]["speed"][top]["abstracts_per_s"], 2),  # type: ignore[index]
     }
     write_json(args.output, result)
-    update_readme(README, render(result), block=BLOCK)
-    print(render(result))
+    publish(README, BLOCK, render(result))
     return result
 
 

@@ -146,6 +146,13 @@ def update_readme(path: Union[str, Path], content: str, block: str = "EVALUATION
             f.write(new)
 
 
+def publish(readme: Union[str, Path], block: str, content: str, to_readme: bool = True) -> None:
+    """A benchmark's last step: its generated block into ``readme`` (unless ``to_readme`` is off), and printed."""
+    if to_readme:
+        update_readme(readme, content, block=block)
+    print(content)
+
+
 # ---------------------------------------------------------------------------- end to end
 TAGGERONE_SOURCE = (
     "TaggerOne (Leaman & Lu, Bioinformatics 2016), joint NER + normalisation with a lexicon of the ontology's "
