@@ -89,7 +89,7 @@ def annotate(
     output_format: str = "jsonl",
     shard_size: int = 1000,
     n_process: int = 1,
-    batch_size: int = 64,
+    batch_size: Optional[int] = None,
     max_chars: int = DEFAULT_MAX_CHARS,
     cache_dir: Optional[PathLike] = None,
     cache_size: Optional[int] = None,
@@ -157,7 +157,7 @@ def annotate(
 class _LocalShards:
     """Shards made here, one after the other."""
 
-    def __init__(self, spec: PipelineSpec, output_format: str, batch_size: int, max_chars: int,
+    def __init__(self, spec: PipelineSpec, output_format: str, batch_size: Optional[int], max_chars: int,
                  cache_dir: Optional[PathLike], cache_size: Optional[int]):
         self.worker = ShardWorker(spec, max_chars, cache_dir, cache_size)
         self.fingerprint, self.components = self.worker.fingerprint, self.worker.components
@@ -181,7 +181,7 @@ class _ProcessShards:
     shard's bytes come back. spaCy's ``nlp.pipe(n_process=...)`` would instead fork new workers for
     each shard and send every ``Doc`` back to be serialised here."""
 
-    def __init__(self, spec: PipelineSpec, output_format: str, n_process: int, batch_size: int, max_chars: int,
+    def __init__(self, spec: PipelineSpec, output_format: str, n_process: int, batch_size: Optional[int], max_chars: int,
                  cache_dir: Optional[PathLike], cache_size: Optional[int]):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -276,6 +276,6 @@ def _exit_with_driver(driver: int) -> None:
             os._exit(1)
 
 
-def _run_shard(index: int, docs: Sequence[InputDocument], output_format: str, batch_size: int) -> Shard:
+def _run_shard(index: int, docs: Sequence[InputDocument], output_format: str, batch_size: Optional[int]) -> Shard:
     assert _worker is not None, "not a worker process"
     return _worker.run(index, docs, output_format, batch_size)

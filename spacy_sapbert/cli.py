@@ -151,7 +151,7 @@ def link(
     top_k: int = TOP_K,
     detector: str = DETECTOR,
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write JSON lines here (atomically) instead of stdout"),
-    batch_size: int = typer.Option(64, help="Docs per nlp.pipe batch"),
+    batch_size: Optional[int] = typer.Option(None, help="Docs per nlp.pipe batch (default: the pipeline's batch_size, 1000)"),
 ) -> None:
     """Link TEXT (a JSON line per linked span) or each document of --input (a JSON line per document).
 
@@ -178,7 +178,7 @@ def link(
             for rec in span_records(nlp(text), linkers):  # type: ignore[arg-type]
                 out.write(json.dumps(rec, ensure_ascii=False) + "\n")
             return
-        for doc, context in nlp.pipe(documents, batch_size=batch_size, as_tuples=True):
+        for doc, context in nlp.pipe(documents, batch_size=batch_size or nlp.batch_size, as_tuples=True):
             out.write(json.dumps({**context, "spans": span_records(doc, linkers)}, ensure_ascii=False) + "\n")
 
 
@@ -195,7 +195,7 @@ def annotate_command(
     output_format: str = typer.Option("jsonl", help="jsonl (link --input's records), pubtator or spacy (DocBin)"),
     shard_size: int = typer.Option(1000, help="Input documents per output shard"),
     n_process: int = typer.Option(1, help="Worker processes, each loading the pipeline once and annotating whole shards (-1: every CPU); each uses its share of the cores unless OMP_NUM_THREADS is set"),
-    batch_size: int = typer.Option(64, help="Docs per nlp.pipe batch"),
+    batch_size: Optional[int] = typer.Option(None, help="Docs per nlp.pipe batch (default: the pipeline's batch_size, 1000)"),
     max_chars: int = typer.Option(1_000_000, help="A longer document is not annotated but listed in errors.jsonl"),
     cache_dir: Optional[Path] = typer.Option(None, help="Keep the linkers' mention caches here, e.g. shared by repeated runs (default: OUTPUT/mention-cache; with --scheduler, none)"),
     cache_size: Optional[int] = typer.Option(None, help="Strings each linker's cache keeps (default: the linker's cache_size, 10000)"),

@@ -49,7 +49,7 @@ def _describe(name: str, dask_worker: Any = None) -> Tuple[str, List[str]]:
     return worker.fingerprint, worker.components  # type: ignore[union-attr]
 
 
-def _run_shard(name: str, index: int, docs: Sequence[InputDocument], output_format: str, batch_size: int) -> Tuple[str, Shard]:
+def _run_shard(name: str, index: int, docs: Sequence[InputDocument], output_format: str, batch_size: Optional[int]) -> Tuple[str, Shard]:
     plugin = _plugin(name)
     with plugin.lock:
         return plugin.worker.fingerprint, plugin.worker.run(index, docs, output_format, batch_size)  # type: ignore[union-attr]
@@ -58,7 +58,7 @@ def _run_shard(name: str, index: int, docs: Sequence[InputDocument], output_form
 class DaskShards:
     """Shards made by a Dask cluster's workers (``scheduler``: an address or a ``distributed.Client``)."""
 
-    def __init__(self, scheduler: Any, spec: PipelineSpec, output_format: str, batch_size: int, max_chars: int,
+    def __init__(self, scheduler: Any, spec: PipelineSpec, output_format: str, batch_size: Optional[int], max_chars: int,
                  cache_dir: Optional[PathLike], cache_size: Optional[int]):
         try:
             from distributed import Client

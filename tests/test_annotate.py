@@ -18,12 +18,20 @@ from spacy.language import Language
 from spacy.training import Example
 from typer.testing import CliRunner
 
+from spacy_sapbert import shards
 from spacy_sapbert.annotate import annotate
 from spacy_sapbert.cli import app
 from spacy_sapbert.documents import InputDocument, iter_documents
 from spacy_sapbert.records import ConceptRecord as R
 from spacy_sapbert.search import LinkingKB
-from spacy_sapbert.shards import ENCODER_PASS_ROWS, SEARCH_PASS_QUERIES, PipelineSpec, link_documents, prepare_pipeline
+from spacy_sapbert.shards import (
+    ENCODER_PASS_ROWS,
+    SEARCH_PASS_QUERIES,
+    PipelineSpec,
+    ShardWorker,
+    link_documents,
+    prepare_pipeline,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [
@@ -320,6 +328,22 @@ def test_a_cache_of_another_linker_is_refused(tmp_path, kb):
         other_linker.load_cache(tmp_path / "c.json")
     (fresh,) = prepare_pipeline(PipelineSpec(kb=str(kb), detector="ruler").load(), 1000)
     assert fresh.load_cache(tmp_path / "c.json") == 2 and fresh.link_strings(["fits"]) == linker.link_strings(["fits"])
+
+
+def test_a_worker_keeps_the_words_of_its_first_documents_only(kb, monkeypatch):
+    """The first ``KEPT_WORDS_DOCS`` documents a worker annotates leave their words in the vocabulary
+    (later shards then find the common words made); every later document's words go with its shard."""
+    monkeypatch.setattr(shards, "KEPT_WORDS_DOCS", 2)
+    worker = ShardWorker(PipelineSpec(kb=str(kb), detector="ruler"), 1000, None, None)
+    first = [InputDocument(i, t) for i, t in enumerate(["fever zyxkept", "fits qwvkept", "cephalgia jqxdropped"])]
+    later = [InputDocument(3, "pyrexia vbzdropped")]
+    shard = worker.run(0, first, "jsonl")
+    worker.run(1, later, "jsonl")
+    strings = worker.nlp.vocab.strings
+    assert "zyxkept" in strings and "qwvkept" in strings
+    assert "jqxdropped" not in strings and "vbzdropped" not in strings
+    assert shard.mentions == 3 and [json.loads(line)["id"] for line in shard.data.decode().splitlines()] == [0, 1, 2]
+    assert worker.run(0, first, "jsonl").data == shard.data  # the same output with its words already made
 
 
 def test_link_documents_keeps_input_order_around_failures(tmp_path, kb):
