@@ -83,6 +83,20 @@ def test_pipeline_profile_counts_encoder_flops_and_runs_a_checkout_with_its_own_
         ("spacy_factories", "sapbert_linker", "spacy_sapbert.linker:make_sapbert_linker")]
 
 
+def test_pipeline_profile_times_what_n_process_adds_per_doc(monkeypatch):
+    """After the components, the Doc round trip that nlp.pipe(n_process > 1) makes for every document."""
+    import spacy
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    profile = _load("pipeline_profile")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    out = profile.stage_times(nlp, ["One text. Two."] * 3, profile.Timers())
+    assert list(out["stages"]) == ["tokenizer", "sentencizer", profile.SENT, profile.RECEIVED]
+    assert all(t["wall"] > 0 for t in out["stages"].values())
+    assert out["bytes_per_doc"] == len(nlp("One text. Two.").to_bytes())
+
+
 def test_pipeline_profile_ratios_compare_runs_of_the_same_run(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     profile = _load("pipeline_profile")
