@@ -33,8 +33,8 @@ OUTPUT_FORMATS = {"jsonl": ".jsonl", "pubtator": ".pubtator", "spacy": ".spacy"}
 DEFAULT_MAX_CHARS = 1_000_000  # spaCy's own nlp.max_length
 # Fixed pass sizes for annotate (``prepare_pipeline``), so that output does not depend on how documents are
 # batched (benchmarks/batch_invariance.py): names per encoder pass (16 pads annotate's small calls less than 32)
-# and windows per tagger pass (4: one window a pass ran the bc5cdr-trf pipeline at 0.7x the speed of 4, 8 and 16
-# were no faster); queries per exact-search product (64: a 543k-name KB is read a few times more often than in its
+# and windows per tagger pass (4: one window a pass left the bc5cdr-trf pipeline clearly slower, and 2, 8 and 16
+# were no faster than 4 on the benchmark abstracts); queries per exact-search product (64: a 543k-name KB is read a few times more often than in its
 # usual blocks of ~90, a small KB's small calls pad little)
 ENCODER_PASS_ROWS = 16
 TAGGER_PASS_WINDOWS = 4
@@ -406,8 +406,8 @@ def annotate_shard(
     memory zone: the strings its documents add to the vocab are dropped with them, so a long run's
     memory does not grow with the number of distinct words it meets. The first ``keep_words``
     documents run before the zone opens: their words stay, and later shards find the common words
-    already made (without them every shard makes its words again: the HPO default ran about 15%
-    slower). The output is the same either way."""
+    already made (without them every shard makes its words again, which slowed the HPO default
+    measurably). The output is the same either way."""
     kept = list(link_documents(nlp, docs[:keep_words], batch_size=batch_size, max_chars=max_chars)) if keep_words else []
     with nlp.memory_zone():
         results = chain(kept, link_documents(nlp, docs[len(kept):], batch_size=batch_size, max_chars=max_chars))
