@@ -147,9 +147,12 @@ def stage_times(nlp, texts: Sequence[str], timers: Timers) -> Dict[str, Any]:
     timers.reset()
 
     def timed(name: str, run: Callable[[], Any]) -> Any:
+        """``run()``, its wall and CPU seconds added to ``stages[name]``."""
         wall, cpu = time.perf_counter(), time.process_time()
         out = run()
-        stages[name] = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+        spent = stages.setdefault(name, {"wall": 0.0, "cpu": 0.0})
+        spent["wall"] += time.perf_counter() - wall
+        spent["cpu"] += time.process_time() - cpu
         return out
 
     docs = timed("tokenizer", lambda: [nlp.make_doc(t) for t in texts])
@@ -161,20 +164,11 @@ def stage_times(nlp, texts: Sequence[str], timers: Timers) -> Dict[str, Any]:
     # (one doc at a time, so that the copies do not raise the peak RSS reported for the pipeline)
     from spacy.tokens import Doc
 
-    clocks = (time.perf_counter, time.process_time)
-    spent = {SENT: [0.0, 0.0], RECEIVED: [0.0, 0.0]}
     sent_bytes = 0
     for doc in docs:
-        t0 = [c() for c in clocks]
-        data = doc.to_bytes()
-        t1 = [c() for c in clocks]
-        Doc(nlp.vocab).from_bytes(data)
-        t2 = [c() for c in clocks]
-        for i in range(2):
-            spent[SENT][i] += t1[i] - t0[i]
-            spent[RECEIVED][i] += t2[i] - t1[i]
+        data = timed(SENT, doc.to_bytes)
+        timed(RECEIVED, lambda data=data: Doc(nlp.vocab).from_bytes(data))
         sent_bytes += len(data)
-    stages.update({name: {"wall": w, "cpu": c} for name, (w, c) in spent.items()})
     return {"stages": stages, "inner": inner, "mentions": sum(len(d.ents) for d in docs), "encoded": list(timers.encoded),
             "bytes_per_doc": sent_bytes / max(1, len(docs))}
 

@@ -154,7 +154,8 @@ class LinkingKB:
         """Raw nearest names: (scores, name rows), each (n, k). A query whose vector is the stored one
         of the name at ``name_rows[i]`` (-1: any other vector) is answered from the index's neighbour
         table where it has one: the same search, made when the KB was built."""
-        table = None if name_rows is None else self.index.neighbours_of(np.maximum(name_rows, 0), k)
+        named = name_rows is not None and bool((name_rows >= 0).any())
+        table = self.index.neighbours_of(np.maximum(name_rows, 0), k) if named else None  # type: ignore[arg-type]
         if table is None:
             return self.index.search(vectors, k)
         scores, rows = table
