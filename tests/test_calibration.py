@@ -227,3 +227,14 @@ def test_calibrate_command_reads_dev_files_filters_types_and_stores(kb_path, tin
         store_fusion(kb_path, {"weight": 0.0})
     none = CliRunner().invoke(app, ["calibrate", str(kb_path), str(dev), "--type", "Disease"])
     assert none.exit_code == 1 and "no mention of type Disease" in none.output
+
+
+def test_the_shipped_hpo_calibration_was_chosen_on_the_default_kb_of_this_revision():
+    """A new default KB revision (``DEFAULT_KB_REVISION``) needs ``benchmarks/calibration.py`` run
+    again: the shipped threshold was chosen on the KB folder its record names."""
+    from spacy_sapbert.fileio import read_json
+    from spacy_sapbert.hpo_kb import DEFAULT_KB_REVISION, SHIPPED_HPO, hpo_release
+
+    record = read_json(SHIPPED_HPO)
+    assert record["kb"].startswith(f"hpo-{hpo_release()}-phenotypes-r{DEFAULT_KB_REVISION}-")
+    assert record["kb"].endswith(record["encoder_fingerprint"][:12])
