@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
@@ -153,24 +153,45 @@ def _first_definitions(definitions: Iterable[AbbreviationDefinition]) -> Dict[st
     return found
 
 
-def expand_abbreviations(mention: str, abbreviations: Mapping[str, str], max_rounds: int = 3) -> str:
-    """Replace whole-token short forms (also inside ``A/B`` and before a comma) by long forms.
+def abbreviation_expander(abbreviations: Mapping[str, str], max_rounds: int = 3) -> Callable[[str], str]:
+    """A function that replaces whole-token short forms (also inside ``A/B`` and before a comma) by
+    their long forms, its pattern compiled once for all the mentions of a document.
 
     Repeated a few rounds because a long form may itself contain a short form; a short form
     whose long form contains it is never expanded, so the loop cannot grow a mention forever.
     """
     usable = {short: long for short, long in abbreviations.items() if short not in long.split()}
     if not usable:
-        return mention
+        return str
     pattern = re.compile(
         r"(?<![^\s/])(" + "|".join(re.escape(s) for s in sorted(usable, key=len, reverse=True)) + r")(?=$|[\s/,;:])"
     )
-    for _ in range(max_rounds):
-        expanded = pattern.sub(lambda m: usable[m.group(1)], mention)
-        if expanded == mention:
-            break
-        mention = expanded
-    return mention
+
+    def expand(mention: str) -> str:
+        for _ in range(max_rounds):
+            expanded = pattern.sub(lambda m: usable[m.group(1)], mention)
+            if expanded == mention:
+                break
+            mention = expanded
+        return mention
+
+    return expand
+
+
+def expand_abbreviations(mention: str, abbreviations: Mapping[str, str], max_rounds: int = 3) -> str:
+    """``mention`` with the short forms of ``abbreviations`` expanded (``abbreviation_expander``)."""
+    return abbreviation_expander(abbreviations, max_rounds)(mention)
+
+
+def query_expander(doc: Doc, attr: str = DEFAULT_ATTR) -> Callable[[str], str]:
+    """What turns the text of a span of ``doc`` into the text to search: its abbreviations expanded
+    when the doc has definitions (``doc._.<attr>``), else the text unchanged (no component run)."""
+    if not Doc.has_extension(attr):
+        return str
+    abbreviations = getattr(doc._, attr)
+    if not abbreviations or not isinstance(abbreviations, Mapping):
+        return str
+    return abbreviation_expander(abbreviations)
 
 
 def query_text(span: Span, attr: str = DEFAULT_ATTR) -> str:
@@ -178,12 +199,7 @@ def query_text(span: Span, attr: str = DEFAULT_ATTR) -> str:
 
     Works without the component too (no extension, or none found): then it is ``span.text``.
     """
-    if not Doc.has_extension(attr):
-        return span.text
-    abbreviations = getattr(span.doc._, attr)
-    if not abbreviations or not isinstance(abbreviations, Mapping):
-        return span.text
-    return expand_abbreviations(span.text, abbreviations)
+    return query_expander(span.doc, attr)(span.text)
 
 
 # ---------------------------------------------------------------------------- the doc attribute

@@ -23,7 +23,7 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example
 from spacy.util import minibatch, registry
 
-from .abbreviations import query_text
+from .abbreviations import query_expander
 from .composites import split_mention
 from .context import contested, context_encoder, mention_in_context, rerank
 from .encoder import SapEncoder, resolve_encoder_path
@@ -445,7 +445,10 @@ class SapBertLinker(Pipe):
         every part matches the KB better than the whole does.
         """
         to_link = [self.spans_to_link(doc) for doc in docs]
-        per_doc = [[self._queries(span) for span in doc_spans] for doc_spans in to_link]
+        per_doc = []
+        for doc, doc_spans in zip(docs, to_link):
+            expand = query_expander(doc)  # short forms expanded: "DM" searched as "diabetes mellitus"
+            per_doc.append([self.search_strings(expand(span.text)) for span in doc_spans])
         wanted = {q for spans in per_doc for queries in spans for q in queries}
         if wanted:
             self._ensure_ready()
@@ -490,10 +493,6 @@ class SapBertLinker(Pipe):
             out[d][i] = [(query, rerank(cands, prototypes.similarities([c.concept_id for c in cands[:contested(cands, weight)]], vector),
                                         weight)) for query, cands in linked[d][i]]
         return out
-
-    def _queries(self, span: Span) -> List[str]:
-        """The whole mention's query (short forms expanded), then its parts."""
-        return self.search_strings(query_text(span))
 
     def search_strings(self, text: str) -> List[str]:
         """What the linker searches for a mention ``text``: the text, then its parts when it looks

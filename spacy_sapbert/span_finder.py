@@ -18,7 +18,7 @@ from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import filter_spans, minibatch
 
-from .abbreviations import expand_abbreviations, find_abbreviations, introduced_short_forms
+from .abbreviations import abbreviation_expander, find_abbreviations, introduced_short_forms
 from .normalize import STOPWORDS, WORD, american_spelling, word_key
 
 RESOLVE_MODES = ("longest", "best", "all")
@@ -444,7 +444,7 @@ class SpanFinder:
         written, an entity an earlier detector set) is never searched: it could not be kept.
         """
         texts = [doc.text for doc in docs]
-        defined = [find_abbreviations(text) if self.abbreviations else {} for text in texts]
+        expanders = [abbreviation_expander(find_abbreviations(text) if self.abbreviations else {}) for text in texts]
         proposals = [self.proposals(doc, text) for doc, text in zip(docs, texts)]
         minimum = {"exact": self.threshold, "coordinated": self.threshold, "partial": self.partial_threshold,
                    "modified": self.modifier_threshold}
@@ -456,7 +456,7 @@ class SpanFinder:
             """The proposal's search string, then for a coordination its parts, as the linker
             searches them, or else its American spelling where it differs ("tumours")."""
             if (d, p) not in asked:
-                text = expand_abbreviations(docs[d][p.start : p.end].text, defined[d])
+                text = expanders[d](docs[d][p.start : p.end].text)
                 if p.kind == "coordinated":
                     asked[d, p] = linker.search_strings(text)
                 else:

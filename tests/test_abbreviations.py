@@ -6,9 +6,11 @@ import spacy
 from spacy.tokens import Doc, DocBin
 
 from spacy_sapbert.abbreviations import (
+    abbreviation_expander,
     find_abbreviation_definitions,
     find_abbreviations,
     introduced_short_forms,
+    query_expander,
     query_text,
     register_doc_attribute,
 )
@@ -110,6 +112,15 @@ def test_query_text_without_the_component_is_the_span_text():
     nlp = spacy.blank("en")
     doc = nlp("Later, DM worsened.")
     assert query_text(doc[2:3]) == "DM"
+
+
+def test_one_expander_serves_every_mention_of_a_doc(nlp):
+    expand = abbreviation_expander({"WD": "Wilson disease", "CT": "copper toxicosis"})
+    assert [expand(m) for m in ("WD", "WD/CT", "CTs", "no short form")] == [
+        "Wilson disease", "Wilson disease/copper toxicosis", "CTs", "no short form"]
+    assert abbreviation_expander({})("WD") == "WD"
+    doc = nlp(TEXT)
+    assert query_expander(doc)("DM worsened") == "diabetes mellitus worsened"
 
 
 def test_span_group_gets_later_uses_with_overlaps_allowed():
