@@ -2,10 +2,12 @@
 
 FastHPOCR 0.1.4 indexes ``hp.obo`` with pronto, which it does not declare, so it lives in its own
 environment (``python -m venv /tmp/hpocrvenv && /tmp/hpocrvenv/bin/pip install FastHPOCR==0.1.4
-pronto``). This file imports nothing from spacy_sapbert: ``python fasthpocr_worker.py IN.json
-OUT.json`` reads ``{"obo", "index_dir", "texts", "repeats"}``, builds the index into ``index_dir``
-once (kept for later runs, keyed by the OBO file's size and modification time), and writes the
-median abstracts/s of ``annotate`` over the texts in this one process, with the concepts found.
+pronto``). Run there, this file imports nothing from spacy_sapbert: ``python fasthpocr_worker.py
+IN.json OUT.json`` reads ``{"obo", "index_dir", "texts", "repeats", "longest_match"}``, builds the
+index into ``index_dir`` once (kept for later runs, keyed by the OBO file's size and modification
+time), and writes the median abstracts/s of ``annotate`` over the texts in this one process, the
+number of concepts found and, per text, its annotations as ``[start, end, HPO id]`` (FastHPOCR's
+own offsets). ``run_fasthpocr`` is the side that our benchmarks call.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import re
 import statistics
 import sys
 import time
+from pathlib import Path
+from typing import Any, Dict, Sequence
 
 
 def peak_rss_mb() -> float:
@@ -71,21 +75,42 @@ def main(request_path: str, reply_path: str) -> None:
     start = time.perf_counter()
     annotator = HPOAnnotator(index_file(request["obo"], request["index_dir"]))
     load_seconds = time.perf_counter() - start
-    seconds, found = [], 0
+    longest = bool(request.get("longest_match", False))
+    seconds, found = [], []
     for _ in range(int(request.get("repeats", 1))):
         start = time.perf_counter()
-        found = sum(len(annotator.annotate(text)) for text in texts)
+        found = [annotator.annotate(text, longestMatch=longest) for text in texts]
         seconds.append(time.perf_counter() - start)
     answer = {
         "abstracts": len(texts),
         "abstracts_per_s": len(texts) / statistics.median(seconds),
         "seconds": seconds,
-        "concepts_found": found,
+        "concepts_found": sum(map(len, found)),
+        "annotations": [[[a.getStartOffset(), a.getEndOffset(), a.getHPOUri()] for a in annotations] for annotations in found],
         "load_seconds": load_seconds,
         "peak_rss_mb": peak_rss_mb(),
     }
     with open(reply_path, "w", encoding="utf8") as f:
         json.dump(answer, f)
+
+
+def run_fasthpocr(python: str, texts: Sequence[str], cache: Path, repeats: int = 1, longest_match: bool = False) -> Dict[str, Any]:
+    """This file run as a worker by ``python`` (FastHPOCR's environment) over ``texts`` with the
+    default HPO ontology, the index kept in ``cache``: its reply (see the module docstring)."""
+    import subprocess
+    import tempfile
+
+    from spacy_sapbert.hpo_kb import hpo_obo_path
+
+    with tempfile.TemporaryDirectory(prefix="fasthpocr-") as tmp:
+        request_path, reply = Path(tmp) / "in.json", Path(tmp) / "out.json"
+        cache.mkdir(parents=True, exist_ok=True)
+        request = {"obo": str(hpo_obo_path()), "index_dir": str(cache), "texts": list(texts), "repeats": repeats,
+                   "longest_match": longest_match}
+        request_path.write_text(json.dumps(request), encoding="utf8")
+        subprocess.run([python, str(Path(__file__).resolve()), str(request_path), str(reply)], check=True,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+        return json.loads(reply.read_text(encoding="utf8"))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,11 @@
    PubMed abstracts, HPO ids) end to end through ``nlp.pipe``, with the end-to-end metrics;
 2. sorts what the chosen setting still misses into kinds;
 3. times both detectors on the NCBI-disease and BC5CDR test abstracts (a fresh pipeline each, so
-   every distinct string is encoded once; KB loading excluded), abstracts/s and their ratio.
+   every distinct string is encoded once; KB loading excluded), abstracts/s and their ratio;
+4. with ``--fasthpocr-python PY`` (FastHPOCR's own environment, see ``fasthpocr_worker.py``), scores
+   FastHPOCR, a dictionary tagger for HPO, on the same dev abstracts with the same scorer, its
+   concepts restricted to the default KB's (HPO's phenotypic abnormalities, where every GSC+ dev
+   gold concept is).
 Writes ``benchmarks/results/hpo_default.json`` and the HPO-DEFAULT block of benchmarks/README.md
 (``--render-only`` re-renders the block from the JSON). Only dev data tunes anything here.
 """
@@ -23,17 +27,27 @@ from typing import Dict, List, Sequence
 
 import spacy
 import torch
+from fasthpocr_worker import run_fasthpocr  # benchmarks/fasthpocr_worker.py, beside this script
 from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
 
 from spacy_sapbert.defaults import DEFAULT_DETECTOR, HPO_NESTED, HPO_SPAN_FINDER
 from spacy_sapbert.evaluation.datasets import DEFAULT_DATA_DIR, read_gscplus, read_pubtator
-from spacy_sapbert.evaluation.end_to_end import Counts, gold_spans, predicted_spans, score_document, summarize_counts
+from spacy_sapbert.evaluation.end_to_end import (
+    Counts,
+    PredictedSpan,
+    gold_spans,
+    predicted_spans,
+    score_document,
+    summarize_counts,
+)
 from spacy_sapbert.hpo_kb import default_kb_path
+from spacy_sapbert.kb import ConceptKB
 from spacy_sapbert.normalize import STOPWORDS, WORD, content_keys, word_key
 from spacy_sapbert.pipelines import build_pipeline
 
 GSC_DEV = Path("../shared/data/gscplus-dev/GSCplus_dev_gold.tsv")
 OUT = Path("benchmarks/results/hpo_default.json")
+FASTHPOCR_INDEX = Path("corpus/cache/fasthpocr-index")
 README = Path("benchmarks/README.md")
 BLOCK = "HPO-DEFAULT"
 SETTINGS = ("threshold", "partial_threshold", "max_generic_share", "resolve", "nested")
@@ -89,6 +103,21 @@ def score(nlp, docs) -> Dict[str, object]:
     return {**summarize_counts(total), "ents_only": summarize_counts(ents_only)}
 
 
+def score_fasthpocr(python: str, kb: Path, docs, longest_match: bool) -> Dict[str, object]:
+    """FastHPOCR's annotations of ``docs`` scored as ``score`` scores ours: one predicted span per
+    distinct offsets, with every concept FastHPOCR gives it that the KB holds."""
+    concepts = set(ConceptKB.from_disk(kb).concept_ids)
+    found = run_fasthpocr(python, [d.text for d in docs], FASTHPOCR_INDEX, longest_match=longest_match)
+    total = Counts()
+    for d, tagged in zip(docs, found["annotations"]):
+        spans: Dict[tuple, List[str]] = {}
+        for start, end, concept in tagged:
+            if concept in concepts:
+                spans.setdefault((start, end), []).append(concept)
+        total.add(score_document(gold_spans(d), [PredictedSpan(s, e, tuple(dict.fromkeys(c))) for (s, e), c in spans.items()]))
+    return {"detector": f"FastHPOCR, {'longest match' if longest_match else 'all matches'}", **summarize_counts(total)}
+
+
 def miss_kinds(nlp, docs) -> Dict[str, List[str]]:
     """Why each gold mention was not found with exact boundaries, first reason that applies."""
     finder = nlp.get_pipe("sapbert_span_finder")
@@ -142,7 +171,11 @@ def render(result: Dict[str, object]) -> str:
         f"{result['dev']['mentions']} phenotype mentions, end to end through `nlp.pipe` with the default HPO KB. "  # type: ignore[index]
         "Scoring: every distinct linked character span counts once, the entities (`doc.ents`, never overlapping) and "
         "the nested mentions of the span group (`doc.spans[\"sapbert_nested\"]`) alike; a gold mention nested in "
-        "another counts like any other. *entities only*: the same run scored on `doc.ents` alone.",
+        "another counts like any other. *entities only*: the same run scored on `doc.ents` alone."
+        + (" *FastHPOCR* (`--fasthpocr-python`): FastHPOCR 0.1.4, a dictionary tagger for HPO, on the same abstracts in its own "
+           "environment (`benchmarks/fasthpocr_worker.py`), its annotations as it gives them (all matches, or its "
+           "`longestMatch`), their concepts restricted to the default KB's (HPO's phenotypic abnormalities, where every "
+           "GSC+ dev gold concept is), scored the same way." if result.get("fasthpocr") else ""),
         "",
         "| detector | settings | " + " | ".join(keys) + " |",
         "|---|---|" + "--:|" * len(keys),
@@ -151,9 +184,10 @@ def render(result: Dict[str, object]) -> str:
     longest = max((r for r in rows[1:] if r["resolve"] == "longest"), key=lambda r: (r["link_f1"], r["mention_f1"]))  # type: ignore[index]
     table = (("ruler (exact KB names)", rows[0]), ("span finder, best without nested mentions", longest),  # type: ignore[index]
              ("span finder, shipped", shipped), ("span finder, shipped, entities only", shipped and shipped["ents_only"]))
+    table += tuple((f"{row['detector']} (peer, its own code)", row) for row in result.get("fasthpocr", []))  # type: ignore[union-attr]
     for name, row in table:
         if row:
-            settings = "–" if row is rows[0] or "resolve" not in row else ", ".join(f"{k} {row[k]}" for k in best)  # type: ignore[index]
+            settings = "–" if "resolve" not in row else ", ".join(f"{k} {row[k]}" for k in best)  # type: ignore[index]
             lines.append(f"| {name} | {settings} | " + " | ".join(f"{row[k]:.3f}" for k in keys) + " |")  # type: ignore[index]
     lines += ["", f"Best of the {len(rows) - 1} span-finder settings on dev by link F1: "
               + ", ".join(f"{k} {v}" for k, v in best.items()) + "."]  # type: ignore[union-attr]
@@ -178,6 +212,7 @@ def main(argv: Sequence[str] = ()) -> Dict[str, object]:
     parser.add_argument("--gsc", type=Path, default=GSC_DEV)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (2 threads thrash when another process holds a core)")
     parser.add_argument("--output", type=Path, default=OUT)
+    parser.add_argument("--fasthpocr-python", help="FastHPOCR's Python (its own environment): score it on the same dev abstracts")
     parser.add_argument("--render-only", action="store_true", help="re-render the README block from the JSON")
     args = parser.parse_args(list(argv) or None)
     if args.render_only:
@@ -210,6 +245,9 @@ def main(argv: Sequence[str] = ()) -> Dict[str, object]:
     result["shipped_on_dev"] = next((r for r in rows[1:] if all(r[k] == v for k, v in shipped.items())), None)
     misses = miss_kinds(pipeline(kb, "span_finder", shipped), dev)
     result["default_misses_on_dev"] = {k: {"count": len(v), "examples": v[:8]} for k, v in sorted(misses.items(), key=lambda kv: -len(kv[1]))}
+    if args.fasthpocr_python:
+        result["fasthpocr"] = [score_fasthpocr(args.fasthpocr_python, kb, dev, longest) for longest in (False, True)]
+        print(json.dumps(result["fasthpocr"]), flush=True)
     texts = [d.text for name in ("ncbi-disease/NCBItestset_corpus.txt", "bc5cdr/CDR_TestSet.PubTator.txt") for d in read_pubtator(DEFAULT_DATA_DIR / name)]
     ruler_speed = speed(kb, "ruler", {}, texts)
     finder_speed = speed(kb, "span_finder", shipped, texts)

@@ -79,8 +79,11 @@ def render(results: Path) -> str:
     hpo = _read(results / "hpo_default.json")
     if hpo and hpo.get("shipped_on_dev"):
         shipped = hpo["shipped_on_dev"]
+        peers = "".join(f"; {r['detector']} (peer): link F1 {r['link_f1']:.3f}, mention F1 {r['mention_f1']:.3f}"
+                        for r in hpo.get("fasthpocr", []))  # type: ignore[union-attr]
         rows.append(f"| HPO default on GSC+ dev (nested mentions counted) | link F1 {shipped['link_f1']:.3f}, mention F1 "  # type: ignore[index]
-                    f"{shipped['mention_f1']:.3f}; entities only: link F1 {shipped['ents_only']['link_f1']:.3f} | The default HPO pipeline's detector |")  # type: ignore[index]
+                    f"{shipped['mention_f1']:.3f}; entities only: link F1 {shipped['ents_only']['link_f1']:.3f}{peers} | "  # type: ignore[index]
+                    "The default HPO pipeline's detector |")
     if speed:
         rows.append(
             f"| linking speed, gold spans in `nlp.pipe` (MEDIC KB, {speed['machine']['cpu']}) | {speed['mentions_per_s']} "  # type: ignore[index]

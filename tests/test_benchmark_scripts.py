@@ -298,3 +298,24 @@ def test_context_weight_is_chosen_on_dev_and_the_table_shows_ambiguous_names_apa
     assert "| ncbi-disease | ontology | 0.1 | 80.0 | 70.0 → 72.0 (+2.0) | 75.0 → 76.0 (+1.0) | 30.0 → 20.0 |" in table
     assert ("| ncbi-disease | ontology | 0.0: 75.0, 0.1: 76.0 | 0.1 | 80.0 → 81.0 (+1.0) | 75.0 → 76.0 (+1.0) | 90.0 "
             "| 50.0 → 60.0 (+10.0) (10) | 81.0 | 900 → 800 |") in table
+
+
+def test_fasthpocr_is_scored_on_gsc_as_the_default_is(kb_folder, monkeypatch):
+    """FastHPOCR's annotations, one predicted span per distinct offsets with every concept it gives
+    there that the KB holds (others dropped), through the end-to-end scorer."""
+    from spacy_sapbert.evaluation.datasets import ConceptRecord, Document, Mention
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # hpo_default.py imports its neighbours
+    hpo_default = _load("hpo_default")
+    kb = kb_folder([ConceptRecord("HP:1", "Seizure", ["Seizures"]), ConceptRecord("HP:2", "Ataxia", [])])
+    text = "Seizures and mild ataxia."
+    doc = Document("d1", text, [Mention("d1", 0, 8, "Seizures", "Phenotype", ("HP:1",)),
+                                Mention("d1", 13, 24, "mild ataxia", "Phenotype", ("HP:2",))])
+    reply = {"annotations": [[[0, 8, "HP:1"], [0, 8, "HP:9"], [18, 24, "HP:2"], [13, 17, "HP:0000006"]]]}
+    asked = []
+    monkeypatch.setattr(hpo_default, "run_fasthpocr", lambda python, texts, cache, longest_match: asked.append((texts, longest_match)) or reply)
+    row = hpo_default.score_fasthpocr("python", kb, [doc], longest_match=True)
+    assert asked == [([text], True)]
+    assert row["detector"] == "FastHPOCR, longest match"
+    assert (row["mention_p"], row["mention_r"]) == (0.5, 0.5)  # "Seizures" right; "ataxia" not the gold "mild ataxia"
+    assert (row["link_p"], row["link_r"]) == (0.5, 0.5)  # HP:9 and HP:0000006 are not in the KB: dropped
