@@ -215,6 +215,9 @@ def main(argv: Sequence[str] = ()) -> Dict[str, object]:
     parser.add_argument("--fasthpocr-python", help="FastHPOCR's Python (its own environment): score it on the same dev abstracts")
     parser.add_argument("--render-only", action="store_true", help="re-render the README block from the JSON")
     args = parser.parse_args(list(argv) or None)
+    if args.fasthpocr_python and not os.access(args.fasthpocr_python, os.X_OK):
+        parser.error(f"--fasthpocr-python {args.fasthpocr_python}: no such python; make FastHPOCR's environment "
+                     "(benchmarks/fasthpocr_worker.py says how) or leave the option out")
     if args.render_only:
         from spacy_sapbert.fileio import read_json
 

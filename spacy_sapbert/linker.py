@@ -173,6 +173,7 @@ def make_kb_id_scorer() -> Callable[..., Dict[str, Any]]:
         "exact_names": True,
         "fusion_weight": None,
         "context_weight": None,
+        "consistency": 0.0,
         "batch_size": 256,
         "cache_size": 10000,
         "device": "auto",
@@ -199,6 +200,7 @@ def make_sapbert_linker(
     exact_names: bool,
     fusion_weight: Optional[float],
     context_weight: Optional[float],
+    consistency: float,
     batch_size: int,
     cache_size: int,
     device: str,
@@ -222,7 +224,10 @@ def make_sapbert_linker(
     w × the cosine between the mention's sentence and each candidate's context prototype to the scores
     of the candidates within 2w of the top and re-sorts them (``context.rerank``; needs prototypes in
     the KB, ``build-context``); None: the weight chosen on dev and stored with them
-    (``search.store_context_weight``), else 0 (off)."""
+    (``search.store_context_weight``), else 0 (off). ``consistency``: in a document, a mention whose
+    query repeats an earlier mention's, or is its last words ("pits" after "preauricular pits"; a
+    defined short form is searched as its long form), gets that mention's concept when the earlier
+    top candidate scored at least this, unless its own best match is an exact KB name; 0: off."""
     return SapBertLinker(
         nlp.vocab,
         name=name,
@@ -241,6 +246,7 @@ def make_sapbert_linker(
         exact_names=exact_names,
         fusion_weight=fusion_weight,
         context_weight=context_weight,
+        consistency=consistency,
         batch_size=batch_size,
         cache_size=cache_size,
         device=device,
@@ -279,6 +285,7 @@ class SapBertLinker(Pipe):
         exact_names: bool = True,
         fusion_weight: Optional[float] = None,
         context_weight: Optional[float] = None,
+        consistency: float = 0.0,
         batch_size: int = 256,
         cache_size: int = 10000,
         device: str = "auto",
@@ -296,6 +303,8 @@ class SapBertLinker(Pipe):
             raise ValueError(f"fusion_weight must be in [0, 1) or None, got {fusion_weight}")
         if context_weight is not None and not 0.0 <= context_weight <= 1.0:
             raise ValueError(f"context_weight must be in [0, 1] or None, got {context_weight}")
+        if not 0.0 <= consistency <= 1.0:
+            raise ValueError(f"consistency must be in [0, 1] (0: off), got {consistency}")
         if len({cui_attr, candidates_attr, parts_attr}) < 3:
             raise ValueError("cui_attr, candidates_attr and parts_attr must differ")
         self.vocab = vocab
@@ -315,6 +324,7 @@ class SapBertLinker(Pipe):
         self.exact_names = exact_names
         self.fusion_weight = fusion_weight
         self.context_weight = context_weight
+        self.consistency = consistency
         self.batch_size = batch_size
         self.cache_size = cache_size
         self.device = device
@@ -465,7 +475,7 @@ class SapBertLinker(Pipe):
                 else:
                     doc_out.append([whole])
             out.append(doc_out)
-        return self._rerank_in_context(to_link, out)
+        return self._consistent_in_document(to_link, self._rerank_in_context(to_link, out))
 
     def _rerank_in_context(self, spans: List[List[Span]], linked: List[List[List[Tuple[str, List[Candidate]]]]]
                            ) -> List[List[List[Tuple[str, List[Candidate]]]]]:
@@ -492,6 +502,33 @@ class SapBertLinker(Pipe):
         for (d, i, _), vector in zip(pending, vectors):
             out[d][i] = [(query, rerank(cands, prototypes.similarities([c.concept_id for c in cands[:contested(cands, weight)]], vector),
                                         weight)) for query, cands in linked[d][i]]
+        return out
+
+    def _consistent_in_document(self, spans: List[List[Span]], linked: List[List[List[Tuple[str, List[Candidate]]]]]
+                                ) -> List[List[List[Tuple[str, List[Candidate]]]]]:
+        """With ``consistency``, each doc's mentions in text order: one whose query is an earlier
+        confident mention's query or its last words, and whose own best match is no exact KB name,
+        gets the earlier top candidate first (its other candidates follow, as many as before).
+        Coordinations split into parts are left as they are."""
+        if not self.consistency:
+            return linked
+        out = []
+        for doc_spans, doc_linked in zip(spans, linked):
+            doc_out = list(doc_linked)
+            confident: Dict[str, Candidate] = {}  # a confident mention's query and each of its word suffixes
+            for i in sorted(range(len(doc_spans)), key=lambda i: (doc_spans[i].start, -len(doc_spans[i]))):
+                if len(doc_out[i]) != 1:
+                    continue
+                query, cands = doc_out[i][0]
+                earlier = confident.get(query)
+                if earlier is not None and not (cands and (cands[0].score >= 1.0 or cands[0].concept_id == earlier.concept_id)):
+                    cands = ([earlier] + [c for c in cands if c.concept_id != earlier.concept_id])[: max(1, len(cands))]
+                    doc_out[i] = [(query, cands)]
+                if cands and cands[0].score >= self.consistency:
+                    words = query.split()
+                    for start in range(len(words)):
+                        confident.setdefault(" ".join(words[start:]), cands[0])
+            out.append(doc_out)
         return out
 
     def search_strings(self, text: str) -> List[str]:

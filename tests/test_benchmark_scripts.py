@@ -276,7 +276,8 @@ def test_context_weight_is_chosen_on_dev_and_the_table_shows_ambiguous_names_apa
     rerank = _load("context_rerank")
     dev = [{"weight": 0.0, "lenient_acc@1": 82.0, "strict_acc@1": 80.0}, {"weight": 0.1, "lenient_acc@1": 81.0, "strict_acc@1": 81.0},
            {"weight": 0.2, "lenient_acc@1": 81.0, "strict_acc@1": 81.0}]
-    assert rerank.choose(dev) == 0.1 and rerank.choose(dev[:1]) == 0.0  # strict decides: lenient rewards not deciding
+    choose = _load("weight_sweep").choose_by_strict
+    assert choose(dev) == 0.1 and choose(dev[:1]) == 0.0  # strict decides: lenient rewards not deciding
     calls = []
 
     def fake_evaluate(dataset, *, dictionary, context_weight, context_examples, split="test"):
@@ -319,3 +320,22 @@ def test_fasthpocr_is_scored_on_gsc_as_the_default_is(kb_folder, monkeypatch):
     assert row["detector"] == "FastHPOCR, longest match"
     assert (row["mention_p"], row["mention_r"]) == (0.5, 0.5)  # "Seizures" right; "ataxia" not the gold "mild ataxia"
     assert (row["link_p"], row["link_r"]) == (0.5, 0.5)  # HP:9 and HP:0000006 are not in the KB: dropped
+
+
+def test_consistency_is_chosen_on_dev_gold_spans_and_set_on_the_linker(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    consistency = _load("consistency")
+    calls = []
+
+    def fake_evaluate(dataset, *, dictionary, split, consistency):
+        calls.append((split, consistency))
+        subset = {"lenient_acc@1": 50.0, "strict_acc@1": 40.0, "n_queries": 10}
+        return {"lenient_acc@1": 80.0, "strict_acc@1": 75.0 + (consistency == 0.9), "lenient_acc@5": 90.0, "n_queries": 100,
+                "mentions_per_s": 900.0, "breakdown": {"name_ambiguous": subset, "name_unambiguous": subset}}
+
+    monkeypatch.setattr(consistency, "evaluate", fake_evaluate)
+    row = consistency.measure("bc5cdr-chemical", "ontology", [0.0, 0.9, 1.0])
+    assert calls == [("dev", 0.0), ("dev", 0.9), ("dev", 1.0), ("test", 0.0), ("test", 0.9)]
+    assert row["chosen_weight"] == 0.9 and row["test"]["0.9"]["command"].endswith("--dictionary ontology --consistency 0.9")
+    table = consistency.render({"command": "python benchmarks/consistency.py", "machine": {"cpu": "x"}, "weights": [0.0, 0.9, 1.0], "rows": [row]})
+    assert "| bc5cdr-chemical | ontology | 0.0: 75.0, 0.9: 76.0, 1.0: 75.0 | 0.9 | 80.0 | 75.0 → 76.0 (+1.0) |" in table

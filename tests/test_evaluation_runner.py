@@ -94,6 +94,13 @@ def test_encoder_links_gold_spans_in_the_pipeline_and_caches_the_kb(mini_ncbi, t
     assert len(list((tmp_path / "cache" / "kbs").glob("*/meta.json"))) == 1  # the KB folder
 
 
+def test_the_linkers_consistency_setting_reaches_the_gold_span_pipeline(mini_ncbi, tmp_path, tiny_bert_path):
+    kwargs = dict(data_dir=mini_ncbi, cache_dir=tmp_path / "cache")
+    off = evaluate("ncbi-disease", tiny_bert_path, "ontology", "encoder", **kwargs)
+    on = evaluate("ncbi-disease", tiny_bert_path, "ontology", "encoder", consistency=0.9, **kwargs)
+    assert (off["pipeline_options"]["consistency"], on["pipeline_options"]["consistency"]) == (0.0, 0.9)
+
+
 def test_evaluate_command_prints_and_writes_json(mini_ncbi, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "assets").mkdir()

@@ -447,3 +447,36 @@ if __name__ == "__main__":
     (tmp_path / "run.py").write_text(code)
     out = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.strip().splitlines()[-1]) == [True, 8]
+
+
+CONSISTENCY_RECORDS = [
+    R("HP:10", "Preauricular pits", []),
+    R("HP:11", "Skin pit", ["Dermal pit"]),
+    R("HP:12", "Ulcerative colitis", []),
+    R("HP:13", "Colitis", []),
+    R("HP:14", "Hearing loss", []),
+]
+
+
+def test_consistency_gives_a_later_mention_an_earlier_confident_concept(kb_folder, tiny_bert_path):
+    """"pits" after "preauricular pits" (its last word) takes HP:10; "colitis" after "ulcerative
+    colitis" keeps its own exact name; at 0 nothing changes."""
+    kb = kb_folder(CONSISTENCY_RECORDS)
+    text = "Preauricular pits and ulcerative colitis. The pits grew; the colitis did not."
+
+    def linked(consistency: float):
+        nlp = spacy.blank("en")
+        ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"})
+        ruler.add_patterns([{"label": "PHEN", "pattern": p} for p in ("preauricular pits", "ulcerative colitis", "pits", "colitis")])
+        nlp.add_pipe("sapbert_linker", config={"kb": str(kb), "encoder": str(tiny_bert_path), "precision": "fp32",
+                                               "consistency": consistency})
+        return [(e.text, e._.cui, [c[0] for c in e._.cui_candidates]) for e in next(nlp.pipe([text])).ents]
+
+    off = linked(0.0)
+    assert [cui for _, cui, _ in off[:2]] == ["HP:10", "HP:12"]  # both exact names: score 1.0
+    assert off[2][0] == "pits" and off[2][1] != "HP:10"  # the random tiny encoder puts another concept first
+    on = linked(0.9)
+    assert on[:2] == off[:2] and on[3] == off[3]  # "colitis" is an exact name: kept
+    assert on[2][1] == "HP:10" and on[2][2] == ["HP:10"] + [c for c in off[2][2] if c != "HP:10"][: len(off[2][2]) - 1]
+    with pytest.raises(ValueError, match="consistency must be in"):
+        linked(1.5)
