@@ -178,7 +178,7 @@ def link(
             for rec in span_records(nlp(text), linkers):  # type: ignore[arg-type]
                 out.write(json.dumps(rec, ensure_ascii=False) + "\n")
             return
-        for doc, context in nlp.pipe(documents, batch_size=batch_size or nlp.batch_size, as_tuples=True):
+        for doc, context in nlp.pipe(documents, batch_size=batch_size, as_tuples=True):  # None: the pipeline's
             out.write(json.dumps({**context, "spans": span_records(doc, linkers)}, ensure_ascii=False) + "\n")
 
 

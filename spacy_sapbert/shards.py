@@ -32,10 +32,10 @@ VERSION = 1
 OUTPUT_FORMATS = {"jsonl": ".jsonl", "pubtator": ".pubtator", "spacy": ".spacy"}
 DEFAULT_MAX_CHARS = 1_000_000  # spaCy's own nlp.max_length
 # Fixed pass sizes for annotate (``prepare_pipeline``), so that output does not depend on how documents are
-# batched (benchmarks/batch_invariance.py): names per encoder pass (16 pads annotate's small calls less than 32)
-# and windows per tagger pass (4: one window a pass left the bc5cdr-trf pipeline clearly slower, and 2, 8 and 16
-# were no faster than 4 on the benchmark abstracts); queries per exact-search product (64: a 543k-name KB is read a few times more often than in its
-# usual blocks of ~90, a small KB's small calls pad little)
+# batched (benchmarks/batch_invariance.py): names per encoder pass (16 pads annotate's small calls less than 32);
+# windows per tagger pass (4: one window a pass left the bc5cdr-trf pipeline clearly slower, and 2, 8 and 16
+# were no faster than 4 on the benchmark abstracts); queries per exact-search product (64: a 543k-name KB is
+# read a few times more often than in its usual blocks of ~90, a small KB's small calls pad little)
 ENCODER_PASS_ROWS = 16
 TAGGER_PASS_WINDOWS = 4
 SEARCH_PASS_QUERIES = 64
@@ -190,7 +190,7 @@ class ShardWorker:
             self._caches_loaded = True
         keep = 0 if self._kept_words else KEPT_WORDS_DOCS
         self._kept_words = True
-        shard = annotate_shard(self.nlp, self.linkers, index, docs, output_format, batch_size=batch_size or self.nlp.batch_size,
+        shard = annotate_shard(self.nlp, self.linkers, index, docs, output_format, batch_size=batch_size,
                                max_chars=self.max_chars, progress=progress, keep_words=keep)
         if self.caches is not None:
             self.caches.save(self.linkers)
@@ -268,12 +268,12 @@ def _set_error_handler(nlp: Language, handler: _BatchFailures) -> None:
 
 
 def link_documents(
-    nlp: Language, docs: Iterable[InputDocument], *, batch_size: int = 1000, max_chars: int = DEFAULT_MAX_CHARS
+    nlp: Language, docs: Iterable[InputDocument], *, batch_size: Optional[int] = None, max_chars: int = DEFAULT_MAX_CHARS
 ) -> Iterator[Tuple[InputDocument, Optional[Doc], Optional[str]]]:
     """Each document with its annotated ``Doc``, or with None and why it failed, in input order.
 
-    Documents stream through ``nlp.pipe``. A document the reader
-    could not read, or longer than ``max_chars``, never enters it. A batch that fails in a component
+    Documents stream through ``nlp.pipe``, ``batch_size`` at a time (None: the pipeline's). A document
+    the reader could not read, or longer than ``max_chars``, never enters it. A batch that fails in a component
     (spaCy's ``set_error_handler``), or an error that escapes the pipeline, drops only the documents
     in flight: each runs again alone, and only one that fails alone is reported.
     """
@@ -400,7 +400,7 @@ def _pubtator(item: InputDocument, records: List[Dict[str, Any]]) -> str:
 
 def annotate_shard(
     nlp: Language, linkers: Sequence[Any], index: int, docs: Sequence[InputDocument], output_format: str, *,
-    batch_size: int = 1000, max_chars: int = DEFAULT_MAX_CHARS, progress: Any = None, keep_words: int = 0,
+    batch_size: Optional[int] = None, max_chars: int = DEFAULT_MAX_CHARS, progress: Any = None, keep_words: int = 0,
 ) -> Shard:
     """One shard from its documents (a local run's step, a cluster worker's task), inside a spaCy
     memory zone: the strings its documents add to the vocab are dropped with them, so a long run's
