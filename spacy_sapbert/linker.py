@@ -670,14 +670,19 @@ class SapBertLinker(Pipe):
         return cands[0]
 
     def set_annotations(self, docs: Sequence[Doc], linked_parts: List[List[List[Tuple[str, List[Candidate]]]]]) -> None:
+        # our attributes' own setters (``register_span_attribute``), without building a ``span._`` per value
+        set_cui, set_candidates, set_parts = (Span.get_extension(a)[3] for a in (self.cui_attr, self.candidates_attr, self.parts_attr))
         for doc, doc_parts in zip(docs, linked_parts):
             linked: Dict[Tuple[int, int, int], str] = {}
             for span, parts in zip(self.spans_to_link(doc), doc_parts):
                 cands = parts[0][1]
                 best = self.best(cands)
-                span._.set(self.cui_attr, best.concept_id if best else None)
-                span._.set(self.candidates_attr, [c.to_tuple() for c in cands])
-                span._.set(self.parts_attr, [(query, [c.to_tuple() for c in pc]) for query, pc in parts])
+                # stored as tuples, which the getters return as lists: tuples of plain values are left
+                # out of the garbage collector's passes, and a corpus stores millions of them
+                as_tuples = tuple(c.to_tuple() for c in cands)
+                set_cui(span, best.concept_id if best else None)
+                set_candidates(span, as_tuples)
+                set_parts(span, tuple((query, as_tuples if pc is cands else tuple(c.to_tuple() for c in pc)) for query, pc in parts))
                 if best is not None:
                     linked[(span.start, span.end, span.label)] = best.concept_id
             if self.link_ents:

@@ -30,9 +30,12 @@ def table_files(prefix: PathLike) -> Tuple[Path, Path]:
 
 
 def load_npy(path: Path, mmap: bool = True) -> np.ndarray:
-    """``np.load`` without pickles; a truncated or garbled file is an error naming it."""
+    """``np.load`` without pickles; a truncated or garbled file is an error naming it.
+
+    A mapped file comes back as a plain ndarray over the map: ``np.memmap``'s Python-level
+    ``__getitem__`` made each element read cost a microsecond, and the linker reads millions."""
     try:
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        return np.asarray(np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False))
     except FileNotFoundError:
         raise
     except (ValueError, OSError, EOFError) as e:

@@ -685,6 +685,23 @@ def test_shortlist_search_returns_the_exact_top_k_and_refuses_a_damaged_copy(sma
         VectorIndex.from_disk(tmp_path / "idx")
 
 
+def test_shortlist_search_is_exact_where_every_score_is_negative(small_shortlists):
+    """The chunk maxima are read as int16 bit patterns, which orders negative bf16 scores backwards:
+    a query whose best names all score below zero must still get the exact top k."""
+    data = np.abs(_unit_vectors(3000, 48, seed=6, clusters=30))  # every name in the positive cone
+    data /= np.linalg.norm(data, axis=1, keepdims=True)
+    queries = -np.abs(_unit_vectors(40, 48, seed=7))  # every score below zero
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    index = VectorIndex.build(data, kind="flat")
+    assert index.meta["shortlist"] == "bf16"
+    scores, rows = index.search(queries, 20)
+    exact = (queries.astype(np.float64) @ data.astype(np.float64).T).astype(np.float32)
+    assert exact.max() < 0
+    expected = np.lexsort((np.broadcast_to(np.arange(len(data)), exact.shape), -exact), axis=1)[:, :20]
+    np.testing.assert_array_equal(rows, expected)
+    np.testing.assert_array_equal(scores, np.take_along_axis(exact, expected, 1))
+
+
 def test_shortlist_search_scores_a_query_as_it_does_alone_and_only_where_bf16_is_native(small_shortlists, monkeypatch):
     data, queries = _clustered_with_ties()
     index = VectorIndex.build(data, kind="flat")
