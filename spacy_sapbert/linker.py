@@ -679,7 +679,7 @@ class SapBertLinker(Pipe):
                 best = self.best(cands)
                 # stored as tuples, which the getters return as lists: tuples of plain values are left
                 # out of the garbage collector's passes, and a corpus stores millions of them
-                as_tuples = tuple(c.to_tuple() for c in cands)
+                as_tuples = tuple([c.to_tuple() for c in cands])
                 set_cui(span, best.concept_id if best else None)
                 set_candidates(span, as_tuples)
                 set_parts(span, tuple((query, as_tuples if pc is cands else tuple(c.to_tuple() for c in pc)) for query, pc in parts))
