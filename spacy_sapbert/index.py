@@ -514,8 +514,8 @@ class VectorIndex:
                 sims = torch.mm(passes, short.T, out=sims)[:m]
                 sims[:, n:] = -torch.inf
                 by_chunk = sims.view(m, n_chunks, SHORTLIST_CHUNK)
-                # the chunk maxima as int16 bit patterns: bf16's order for every chunk holding a score
-                # >= 0, three times as fast; a chunk of negative scores only gets an underestimate,
+                # the chunk maxima as int16 bit patterns, faster than bf16's: the same order for every
+                # chunk holding a score >= 0; a chunk of negative scores only gets an underestimate,
                 # which matters only where the floor below is negative: then the bf16 maxima
                 best = by_chunk.view(torch.int16).amax(2).view(torch.bfloat16).float()
                 kth_chunk = torch.topk(best, k, dim=1).values[:, -1:]
@@ -621,8 +621,8 @@ class VectorIndex:
 
 def _scores_out(buffer, rows: int, cols: int, dtype) -> tuple:
     """(buffer, a (rows, cols) view of it) for one product's scores: ``buffer`` (a flat tensor kept
-    from the last search) reused where it is big enough, else a new one. A new ~200 MB tensor per
-    search cost more in page faults than the product itself (MEDIC: 0.25 against 0.15 ms a query)."""
+    from the last search) reused where it is big enough, else a new one: a new block of scores per
+    search cost more in page faults than the product itself (``benchmarks/flat_search.py``)."""
     import torch
 
     if buffer is None or buffer.dtype != dtype or buffer.numel() < rows * cols:
@@ -632,8 +632,8 @@ def _scores_out(buffer, rows: int, cols: int, dtype) -> tuple:
 
 def _exact_scores(base, queries, query, row, rows_per_pass: int = 1024) -> np.ndarray:
     """float32 of the float64 inner product of ``queries[query[i]]`` and ``base[row[i]]`` for each i,
-    each summed on its own (so a score never depends on the other pairs). A pass over a few hundred
-    pairs keeps its float64 copies in cache: over all of them at once, the copies took four times as long."""
+    each summed on its own (so a score never depends on the other pairs), a thousand pairs at a time
+    so that the float64 copies stay in cache."""
     import torch
 
     out = torch.empty(len(row), dtype=torch.float64)

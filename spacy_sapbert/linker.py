@@ -677,8 +677,8 @@ class SapBertLinker(Pipe):
             for span, parts in zip(self.spans_to_link(doc), doc_parts):
                 cands = parts[0][1]
                 best = self.best(cands)
-                # stored as tuples, which the getters return as lists: tuples of plain values are left
-                # out of the garbage collector's passes, and a corpus stores millions of them
+                # stored as tuples, which the getters return as lists: tuples of plain values drop out
+                # of the garbage collector's passes, lists never do
                 as_tuples = tuple([c.to_tuple() for c in cands])
                 set_cui(span, best.concept_id if best else None)
                 set_candidates(span, as_tuples)
