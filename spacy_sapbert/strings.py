@@ -33,7 +33,7 @@ def load_npy(path: Path, mmap: bool = True) -> np.ndarray:
     """``np.load`` without pickles; a truncated or garbled file is an error naming it.
 
     A mapped file comes back as a plain ndarray over the map: ``np.memmap``'s Python-level
-    ``__getitem__`` made each element read cost a microsecond, and the linker reads millions."""
+    ``__getitem__`` slows every element read, and the linker reads millions."""
     try:
         return np.asarray(np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False))
     except FileNotFoundError:
