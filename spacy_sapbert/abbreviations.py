@@ -163,16 +163,16 @@ def abbreviation_expander(abbreviations: Mapping[str, str], max_rounds: int = 3)
     usable = {short: long for short, long in abbreviations.items() if short not in long.split()}
     if not usable:
         return str
-    compiled: List[re.Pattern] = []  # made on first use: many documents' mentions hold none of their short forms
+    pattern: Optional[re.Pattern] = None  # compiled on first use: many documents' mentions hold none of their short forms
 
     def expand(mention: str) -> str:
+        nonlocal pattern
         if not any(short in mention for short in usable):
             return mention
-        if not compiled:
-            compiled.append(re.compile(
+        if pattern is None:
+            pattern = re.compile(
                 r"(?<![^\s/])(" + "|".join(re.escape(s) for s in sorted(usable, key=len, reverse=True)) + r")(?=$|[\s/,;:])"
-            ))
-        pattern = compiled[0]
+            )
         for _ in range(max_rounds):
             expanded = pattern.sub(lambda m: usable[m.group(1)], mention)
             if expanded == mention:
