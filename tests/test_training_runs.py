@@ -171,9 +171,10 @@ def final_weights(output: Path) -> Dict[str, torch.Tensor]:
     return load_file(str(output / "model" / "model.safetensors"))
 
 
-def kill_and_resume(setup, tmp_path, settings: Dict[str, object]) -> Path:
+def kill_and_resume(setup, tmp_path, settings: Dict[str, object], atol: float = 0.0) -> Path:
     """Train straight through; train again, SIGKILL it after its first checkpoint, resume it with
-    ``--resume``: same steps, same pairs, same final weights. Returns the resumed run's folder."""
+    ``--resume``: same steps, same pairs, same final weights (bit for bit, or within ``atol`` where
+    the kernels are not deterministic). Returns the resumed run's folder."""
     total = settings["data.epochs"] * -(-sum(1 for _ in open(setup["pairs"])) // settings["data.batch_size"])
 
     straight = train(load_config("sapbert", {**settings, "paths.output": str(tmp_path / "straight")}), progress=False)
@@ -202,7 +203,9 @@ def kill_and_resume(setup, tmp_path, settings: Dict[str, object]) -> Path:
     assert summary["steps"] == straight["steps"] == total
     assert summary["pairs_seen"] == straight["pairs_seen"]
     a, b = final_weights(tmp_path / "straight"), final_weights(out)
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0.0, atol=atol)
     logged = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines() if '"loss"' in x and '"event"' not in x]
     assert logged == sorted(set(logged)) and logged[-1] == total
     return out

@@ -1,0 +1,117 @@
+"""What only a GPU can show: the CUDA paths of the encoder, exact search, the linker, the
+self-alignment trainer (fp16 autocast with loss scaling, and its resume) and the transformer tagger.
+
+Skipped where torch sees no CUDA device (every CI run). On a GPU machine: ``python -m pytest -m gpu``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import spacy
+import torch
+from test_linker import RECORDS, TEXTS, annotations, make_nlp
+from test_training_runs import held_out_accuracy, kill_and_resume, overrides, synthetic_ontology, tiny_model, write_pairs
+
+from spacy_sapbert.encoder import SapEncoder
+from spacy_sapbert.index import VectorIndex
+from training.config import load_config
+from training.ner_trf import train_tagger
+from training.trainer import train
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+NAMES = ["heart attack", "myocardial infarction", "type 2 diabetes mellitus", "iron deficiency anemia",
+         "renal failure", "migraine", "bronchial asthma", "lung cancer"]
+
+
+def test_encoder_on_cuda_gives_the_cpu_vectors(tiny_bert_path):
+    cpu = SapEncoder.load(tiny_bert_path, device="cpu", precision="fp32")
+    gpu = SapEncoder.load(tiny_bert_path, device="cuda", precision="fp32")
+    assert gpu.device.type == "cuda"
+    np.testing.assert_allclose(gpu.encode(NAMES), cpu.encode(NAMES), atol=1e-4)
+    auto = SapEncoder.load(tiny_bert_path, device="auto", precision="auto")
+    assert (auto.device.type, auto.precision) == ("cuda", "bf16" if torch.cuda.is_bf16_supported() else "fp32")
+    assert (auto.encode(NAMES) * cpu.encode(NAMES)).sum(1).min() > 0.99
+
+
+def test_exact_search_on_cuda_returns_the_cpu_rows_and_scores():
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((20000, 64)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    queries = base[:500] + 0.5 * rng.standard_normal((500, 64)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    index = VectorIndex.build(base, kind="flat", neighbours=False)
+    cpu_scores, cpu_rows = index.search(queries, 10)
+    index.use_device("cuda")
+    gpu_scores, gpu_rows = index.search(queries, 10)
+    assert index._device_base.is_cuda and index._device_base.dtype == torch.float32
+    np.testing.assert_allclose(gpu_scores, cpu_scores, atol=1e-5)
+    apart = np.diff(cpu_scores, axis=1) < -1e-5  # neighbours whose order float32 rounding cannot swap
+    assert apart.mean() > 0.99 and (gpu_rows[:, :-1][apart] == cpu_rows[:, :-1][apart]).all()
+
+
+def test_linker_on_cuda_links_as_on_the_cpu(kb_folder, tiny_bert_path):
+    kb = kb_folder(RECORDS)
+    on_cpu = [annotations(d) for d in make_nlp(kb, tiny_bert_path, device="cpu").pipe(TEXTS)]
+    nlp = make_nlp(kb, tiny_bert_path, device="cuda")
+    on_gpu = [annotations(d) for d in nlp.pipe(TEXTS, batch_size=2)]
+    assert nlp.get_pipe("sapbert_linker").encoder.device.type == "cuda"
+
+    def without_scores(docs):
+        return [[(t, label, kb_id, cui, [(c[0], c[1], c[3]) for c in cands]) for t, label, kb_id, cui, cands in d] for d in docs]
+
+    assert without_scores(on_gpu) == without_scores(on_cpu) and any(on_cpu)
+    for doc_gpu, doc_cpu in zip(on_gpu, on_cpu):
+        for ent_gpu, ent_cpu in zip(doc_gpu, doc_cpu):
+            np.testing.assert_allclose([c[2] for c in ent_gpu[4]], [c[2] for c in ent_cpu[4]], atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def ontology():
+    return synthetic_ontology()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, ontology):
+    words, train_names, _, _ = ontology
+    root = tmp_path_factory.mktemp("train_gpu")
+    return {"pairs": write_pairs(root / "pairs.txt", train_names), "model": tiny_model(root / "bert", words), "root": root}
+
+
+def test_pretraining_on_cuda_runs_fp16_autocast_and_learns(setup, ontology, tmp_path):
+    out = tmp_path / "ms"
+    summary = train(load_config("sapbert", overrides(setup, out, **{"system.device": "cuda", "data.epochs": 8})), progress=False)
+    assert summary["device"].startswith("cuda") and summary["precision"] == "fp16"
+    assert summary["peak_cuda_mb"] > 0
+    assert held_out_accuracy(out / "model", ontology) >= 0.8
+
+
+def test_pretraining_on_cuda_killed_and_resumed_ends_with_the_same_weights(setup, tmp_path):
+    # the grad scaler's state and the CUDA random state travel in the checkpoint. CUDA's atomic adds
+    # make two runs differ in the last bits; a lost optimiser or scaler state moves weights by ~lr.
+    settings = overrides(setup, tmp_path / "x", **{"system.device": "cuda", "data.batch_size": 8, "data.epochs": 2,
+                                                   "training.checkpoint_every": 10})
+    kill_and_resume(setup, tmp_path, settings, atol=1e-5)
+
+
+def test_tagger_trains_on_cuda_and_tags_as_on_the_cpu(ner_corpora, tiny_bert_path, tmp_path):
+    out = tmp_path / "run"
+    result = train_tagger(out, data_dir=ner_corpora, encoder=str(tiny_bert_path), epochs=2, max_minutes=5, batch_tokens=256,
+                          max_length=32, overlap=8, precision="auto", device="cuda")
+    assert result["steps"] > 0
+
+    def load(device: str):
+        # a tiny model tags little: a negative outside bias makes it propose entities to compare
+        settings = {"device": device, "precision": "fp32", "outside_bias": -2.0}
+        return spacy.load(out / "model-best", config={"components": {"sapbert_ner": settings}})
+
+    gpu, cpu = load("cuda"), load("cpu")
+    assert gpu.get_pipe("sapbert_ner").device.type == "cuda"
+    text = "Tamoxifen caused renal failure and anemia in patients given lidocaine."
+    docs = [" ".join([text] * 40), text, ""]  # the first one spans many windows
+
+    def entities(nlp):
+        return [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(docs, batch_size=2)]
+
+    tagged = entities(gpu)
+    assert tagged == entities(cpu) and tagged[0] and tagged[1]
