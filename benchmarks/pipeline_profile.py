@@ -8,14 +8,16 @@ first ``--limit`` of them. Pipelines, each in a fresh process with torch and FAI
 
 * ``hpo``: the embedded default (``default_pipeline()``: the span finder over the HPO KB);
 * ``ner``: ``build_pipeline({"Disease": MEDIC, "Chemical": MeSH-2024}, "ner", negation=True)``;
-* ``ner-alone``: the shipped NER by itself (``spacy.load`` of the folder the ``ner`` detector loads);
+* ``ner-alone``: the shipped NER by itself (``spacy.load`` of the folder the ``ner`` detector loads,
+  with the pipelines' tokenizer, ``spacy_sapbert.tokenizer``);
 * ``ner-trf``, ``ner-trf-alone``: the same with the transformer NER (checkouts without it skip them).
 
 For each: seconds per component (the tokenizer, then each pipe over all the docs, its caches empty:
 wall and CPU), and inside them the encoder, the vector search and the span finder's proposals;
 and what ``nlp.pipe(n_process=N)`` adds per doc (each worker sends a doc back as ``Doc.to_bytes``,
 the driver reads it with ``Doc.from_bytes``: both timed over the same docs, with the bytes per doc);
-then abstracts/s of ``nlp.pipe(texts)`` as a user runs it (default batch size, caches emptied), with
+then abstracts/s of ``nlp.pipe(texts)`` as a user runs it (default batch size, the linkers' caches
+emptied; the tokenizer keeps the chunks it cached in the earlier repeats, as in any long-running process), with
 1 process and with ``--processes`` (``n_process``, torch on 1 thread each). ``--before-code DIR``
 measures a checkout of the code before the change (``git worktree add DIR a235551``) the same way
 in the same run, each checkout with its own entry points. ``--fasthpocr-python`` times FastHPOCR on
@@ -133,7 +135,13 @@ def build(request: Dict[str, Any]):
 
     detector = request["pipeline"].replace("-alone", "")
     if request["pipeline"].endswith("-alone"):
-        return spacy.load(pipelines.SHIPPED_NERS[detector] if hasattr(pipelines, "SHIPPED_NERS") else pipelines.SHIPPED_NER)
+        try:  # the tokenizer the full pipeline has (a checkout from before it existed: spaCy's own)
+            from spacy_sapbert.tokenizer import TOKENIZER_CONFIG
+
+            config = {"nlp": {"tokenizer": TOKENIZER_CONFIG}}
+        except ImportError:
+            config = {}
+        return spacy.load(pipelines.SHIPPED_NERS[detector] if hasattr(pipelines, "SHIPPED_NERS") else pipelines.SHIPPED_NER, config=config)
     return pipelines.build_pipeline({"Disease": request["medic"], "Chemical": request["mesh"]}, detector, negation=True)
 
 

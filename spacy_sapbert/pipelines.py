@@ -12,6 +12,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 import spacy
 from spacy.language import Language
 
+from .tokenizer import TOKENIZER_CONFIG
+
 PathLike = Union[str, os.PathLike]
 DETECTORS = ("gold", "ruler", "span_finder", "ner", "ner+span_finder", "ner-trf", "ner-trf+span_finder")
 SHIPPED_NER = Path(__file__).parent / "data" / "ner"
@@ -90,10 +92,11 @@ def build_pipeline(
         kb = default_kb_path(encoder)  # resolved here, so the linker's config names the folder
     span_label = label or (labels[0] if labels else "CONCEPT")
     ner = ner_detector(detector)
+    tokenizer = {"nlp": {"tokenizer": TOKENIZER_CONFIG}}  # spaCy's, with a chunk cache for biomedical text
     if ner is not None:
-        nlp = spacy.load(ner_model or SHIPPED_NERS[ner], exclude=["sapbert_linker"])
+        nlp = spacy.load(ner_model or SHIPPED_NERS[ner], exclude=["sapbert_linker"], config=tokenizer)
     else:
-        nlp = spacy.blank("en")
+        nlp = spacy.blank("en", config=tokenizer)
     if detector == "ruler":
         add_ruler(nlp, kb, span_label)
     if detector.endswith("span_finder"):
