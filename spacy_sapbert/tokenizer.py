@@ -6,7 +6,7 @@ the config nor saved with a pipeline. Abstracts hold far more distinct chunks (d
 symbols, "(71%)," ...): once the cache is full, every later chunk goes through the prefix, suffix
 and infix expressions again at each occurrence. ``build_pipeline`` names this tokenizer in the
 pipeline's config, so the larger cache travels with a saved pipeline (``benchmarks/README.md``,
-"Where the time goes", has the seconds).
+"Where the pipelines spend their time", has the seconds).
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from spacy.language import Language
 from spacy.tokenizer import Tokenizer
 from spacy.util import registry
 
-# Distinct chunks cached, at most: about 60 bytes each, so at most ~12 MB a process.
+# Distinct chunks cached, at most: an entry holds the chunk's lexeme pointers, so the cache stays a
+# small share of a pipeline's memory while covering the chunks that recur in a corpus.
 CACHED_CHUNKS = 200_000
 TOKENIZER_CONFIG: Dict[str, Any] = {"@tokenizers": "spacy_sapbert.Tokenizer.v1", "max_cache_size": CACHED_CHUNKS}
 

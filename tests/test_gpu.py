@@ -1,5 +1,5 @@
-"""What only a GPU can show: the CUDA paths of the encoder, exact search, the linker, the
-self-alignment trainer (fp16 autocast with loss scaling, and its resume) and the transformer tagger.
+"""What only a GPU can show: the CUDA paths of the encoder, exact search, the linker and the
+transformer tagger (the self-alignment trainer's are in ``test_training_runs.py``, marked ``gpu``).
 
 Skipped where torch sees no CUDA device (every CI run). On a GPU machine: ``python -m pytest -m gpu``.
 """
@@ -10,13 +10,10 @@ import pytest
 import spacy
 import torch
 from test_linker import RECORDS, TEXTS, annotations, make_nlp
-from test_training_runs import held_out_accuracy, kill_and_resume, overrides, synthetic_ontology, tiny_model, write_pairs
 
 from spacy_sapbert.encoder import SapEncoder
 from spacy_sapbert.index import VectorIndex
-from training.config import load_config
 from training.ner_trf import train_tagger
-from training.trainer import train
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -64,34 +61,6 @@ def test_linker_on_cuda_links_as_on_the_cpu(kb_folder, tiny_bert_path):
     for doc_gpu, doc_cpu in zip(on_gpu, on_cpu):
         for ent_gpu, ent_cpu in zip(doc_gpu, doc_cpu):
             np.testing.assert_allclose([c[2] for c in ent_gpu[4]], [c[2] for c in ent_cpu[4]], atol=1e-4)
-
-
-@pytest.fixture(scope="module")
-def ontology():
-    return synthetic_ontology()
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory, ontology):
-    words, train_names, _, _ = ontology
-    root = tmp_path_factory.mktemp("train_gpu")
-    return {"pairs": write_pairs(root / "pairs.txt", train_names), "model": tiny_model(root / "bert", words), "root": root}
-
-
-def test_pretraining_on_cuda_runs_fp16_autocast_and_learns(setup, ontology, tmp_path):
-    out = tmp_path / "ms"
-    summary = train(load_config("sapbert", overrides(setup, out, **{"system.device": "cuda", "data.epochs": 8})), progress=False)
-    assert summary["device"].startswith("cuda") and summary["precision"] == "fp16"
-    assert summary["peak_cuda_mb"] > 0
-    assert held_out_accuracy(out / "model", ontology) >= 0.8
-
-
-def test_pretraining_on_cuda_killed_and_resumed_ends_with_the_same_weights(setup, tmp_path):
-    # the grad scaler's state and the CUDA random state travel in the checkpoint. CUDA's atomic adds
-    # make two runs differ in the last bits; a lost optimiser or scaler state moves weights by ~lr.
-    settings = overrides(setup, tmp_path / "x", **{"system.device": "cuda", "data.batch_size": 8, "data.epochs": 2,
-                                                   "training.checkpoint_every": 10})
-    kill_and_resume(setup, tmp_path, settings, atol=1e-5)
 
 
 def test_tagger_trains_on_cuda_and_tags_as_on_the_cpu(ner_corpora, tiny_bert_path, tmp_path):

@@ -2,6 +2,7 @@
 
 - learning: Acc@1 on held-out synonyms rises far above chance; with the loss off it does not;
 - resume: a run killed with SIGKILL and resumed ends with the same steps and the same weights;
+- on a GPU (``-m gpu``): fp16 autocast learns, and its killed run resumes to the same weights;
 - DDP: two gloo processes give the weights of one process on the same global batch;
 - fine-tuning: the ``training.finetune`` entry point trains on mention–name pairs;
 - adapter (needs peft): only LoRA weights train, the output is a plain merged encoder folder,
@@ -33,6 +34,8 @@ from training.dev_eval import accuracy_at_1
 from training.trainer import Trainer, train
 
 REPO = Path(__file__).resolve().parents[1]
+# CUDA variants (fp16 autocast with loss scaling, its resume): run on a GPU machine with -m gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 FILLERS = ["disease", "syndrome", "chronic", "acute", "familial", "type"]
 
 
@@ -214,6 +217,26 @@ def kill_and_resume(setup, tmp_path, settings: Dict[str, object], atol: float = 
 def test_run_killed_with_sigkill_resumes_to_the_same_steps_and_weights(setup, tmp_path):
     settings = overrides(setup, tmp_path / "x", **{"data.batch_size": 8, "data.epochs": 2, "training.checkpoint_every": 10})
     kill_and_resume(setup, tmp_path, settings)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_pretraining_on_cuda_runs_fp16_autocast_and_learns(setup, ontology, tmp_path):
+    out = tmp_path / "ms"
+    summary = train(load_config("sapbert", overrides(setup, out, **{"system.device": "cuda", "data.epochs": 8})), progress=False)
+    assert summary["device"].startswith("cuda") and summary["precision"] == "fp16"
+    assert summary["peak_cuda_mb"] > 0
+    assert held_out_accuracy(out / "model", ontology) >= 0.8
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_pretraining_on_cuda_killed_and_resumed_ends_with_the_same_weights(setup, tmp_path):
+    # the grad scaler's state and the CUDA random state travel in the checkpoint. CUDA's atomic adds
+    # make two runs differ in the last bits; a lost optimiser or scaler state moves weights by ~lr.
+    settings = overrides(setup, tmp_path / "x", **{"system.device": "cuda", "data.batch_size": 8, "data.epochs": 2,
+                                                   "training.checkpoint_every": 10})
+    kill_and_resume(setup, tmp_path, settings, atol=1e-5)
 
 
 def test_ddp_on_gloo_with_two_processes_matches_one_process(setup, tmp_path):
