@@ -28,8 +28,10 @@ TEXT = "Iron deficiency anemia and breast cancer; headache, fever and seizure."
 
 
 def _tagger_nlp(encoder: Path, **config) -> spacy.Language:
+    # on the CPU wherever a GPU is present too: these tests swap in CPU models and assert the CPU's
+    # bit-for-bit batching (the CUDA path has its own tests in test_gpu.py)
     nlp = spacy.blank("en")
-    tagger = nlp.add_pipe("sapbert_ner", config={"encoder": str(encoder), "precision": "fp32", **config})
+    tagger = nlp.add_pipe("sapbert_ner", config={"encoder": str(encoder), "precision": "fp32", "device": "cpu", **config})
     tagger.initialize(labels=["Chemical", "Disease"])
     return nlp
 
