@@ -257,8 +257,9 @@ class VectorIndex:
 
     def use_device(self, device: str) -> None:
         """Search on ``device`` (e.g. ``cuda:0``). Exact search copies its float32 vectors there once
-        (1.5 KB a name at 384 dimensions) and stays exact, as on the CPU. Other kinds move to the GPU through FAISS when the installed
-        FAISS has GPU support (faiss-gpu); with faiss-cpu they keep searching on the CPU."""
+        (1.5 KB a name at 384 dimensions) and stays exact, as on the CPU. Other kinds move to the GPU
+        through FAISS when the installed FAISS has GPU support (faiss-gpu); with faiss-cpu they keep
+        searching on the CPU."""
         self.device = str(device)
         self._device_base = None
         self._gpu_index = None

@@ -13,6 +13,9 @@ import torch
 
 torch.set_num_threads(1)
 
+# the CUDA paths' tests (marked ``gpu``): skipped where torch sees no CUDA device, as in every CI run
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
 TINY_WORDS = (
     "diabetes mellitus type 1 2 insulin dependent heart attack myocardial infarction "
     "cardiac arrest hypertension high blood pressure asthma bronchial cancer tumor neoplasm "

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 import spacy
 import torch
+from conftest import needs_cuda
 from test_linker import RECORDS, TEXTS, annotations, make_nlp
 
 from spacy_sapbert.encoder import SapEncoder
 from spacy_sapbert.index import VectorIndex
 from training.ner_trf import train_tagger
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [pytest.mark.gpu, needs_cuda]
 
 NAMES = ["heart attack", "myocardial infarction", "type 2 diabetes mellitus", "iron deficiency anemia",
          "renal failure", "migraine", "bronchial asthma", "lung cancer"]

@@ -24,7 +24,7 @@ from typing import Dict, List
 import numpy as np
 import pytest
 import torch
-from conftest import make_tiny_bert
+from conftest import make_tiny_bert, needs_cuda
 from safetensors.torch import load_file
 
 from spacy_sapbert.encoder import SapEncoder
@@ -34,8 +34,6 @@ from training.dev_eval import accuracy_at_1
 from training.trainer import Trainer, train
 
 REPO = Path(__file__).resolve().parents[1]
-# CUDA variants (fp16 autocast with loss scaling, its resume): run on a GPU machine with -m gpu
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 FILLERS = ["disease", "syndrome", "chronic", "acute", "familial", "type"]
 
 
