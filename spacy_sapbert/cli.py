@@ -92,7 +92,7 @@ def build_kb(
     batch_size: int = typer.Option(256, help="Names per encoder batch"),
     on_duplicate: str = typer.Option("error", help="A repeated concept id: 'error' or 'merge'"),
     lenient: bool = typer.Option(False, help="Skip malformed rows (counted and reported) instead of failing"),
-    precision: str = typer.Option("auto", help="auto (bf16 where the CPU/GPU has it natively, else fp32), fp32, bf16 or int8 (encoding only)"),
+    precision: str = typer.Option("auto", help="auto (bf16 on a GPU or a CPU with AMX, where it is faster; else fp32), fp32, bf16 or int8 (encoding only)"),
     strip_punctuation: bool = typer.Option(
         False, help="Names and queries lose their punctuation (\"non-Hodgkin's\" = \"non hodgkin s\"), as SapBERT's evaluation does"
     ),

@@ -99,8 +99,8 @@ def split_mention(mention: str) -> List[str]:
     gloss) and a split that leaves a part equal to the whole.
     """
     text = " ".join(mention.split())
-    if not text or _BRACKETS.search(text):
-        return [mention]
+    if not text or _BRACKETS.search(text) or ("/" not in text and not _CONJUNCTION.search(text)):
+        return [mention]  # every splitter needs a conjunction or a slash: most mentions stop here
     for splitter in (_split_head_of, lambda m: _split_coordination(m, align_modifiers=True), _split_slash):
         parts = list(dict.fromkeys(p for p in splitter(text) if p))
         if len(parts) > 1 and text not in parts:

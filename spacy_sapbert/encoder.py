@@ -114,12 +114,25 @@ def native_bf16(device: torch.device) -> bool:
         return False
 
 
+def fast_bf16(device: torch.device) -> bool:
+    """Whether bf16 is the faster choice on ``device``: CUDA with bf16, or a CPU with AMX tiles.
+
+    A CPU with AVX512-BF16 but no AMX computes bf16 natively, yet multiplies it slower than fp32:
+    on such a Xeon (``benchmarks/pipeline_profile.py``'s matmul peaks, ``benchmarks/speed.py``'s
+    names/s per precision) bf16 lost to fp32 in both, so ``auto`` keeps fp32 there.
+    """
+    if device.type != "cpu":
+        return native_bf16(device)
+    has_amx = getattr(torch.cpu, "_is_amx_tile_supported", None)  # torch >= 2.3; absent: assume none
+    return bool(has_amx is not None and has_amx()) and native_bf16(device)
+
+
 def resolve_precision(precision: str, device: torch.device, training: bool = False) -> str:
     """The one precision rule, for encoding and (``training``) for the trainer's autocast.
 
-    Encoding: ``auto`` is bf16 where the hardware does it natively, else fp32. Measured on the CPU
-    here (``benchmarks/speed.py``): bf16 encodes faster than fp32 with the same NCBI-disease Acc@1
-    and a top-5 overlap near 1; int8 (torch or ONNX Runtime) costs accuracy, so it is never chosen
+    Encoding: ``auto`` is bf16 where it is faster than fp32 (``fast_bf16``: CUDA, or a CPU with AMX),
+    else fp32. Measured on an AMX CPU (``benchmarks/speed.py``): bf16 encodes faster than fp32 with
+    the same NCBI-disease Acc@1 and a top-5 overlap near 1; int8 (torch or ONNX Runtime) costs accuracy, so it is never chosen
     automatically. Training: ``auto`` is the authors' ``--amp`` (fp16 autocast with loss scaling)
     on CUDA, fp32 on the CPU; fp16 needs CUDA, and int8 is for encoding only.
     """
@@ -129,7 +142,7 @@ def resolve_precision(precision: str, device: torch.device, training: bool = Fal
     if precision == "auto":
         if training:
             return "fp16" if device.type == "cuda" else "fp32"
-        return "bf16" if native_bf16(device) else "fp32"
+        return "bf16" if fast_bf16(device) else "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ValueError("fp16 autocast needs CUDA; use bf16 on the CPU")
     return precision

@@ -421,19 +421,30 @@ class SapBertLinker(Pipe):
     def spans_to_link(self, doc: Doc) -> List[Span]:
         """The entities (``link_ents``), then the spans of the group ``spans_key`` that are not also
         entities, each once, of the labels it links."""
-        spans: List[Span] = []
+        ents, others = self._ents_and_others(doc)
+        return ents + others
+
+    def _ents_and_others(self, doc: Doc) -> Tuple[List[Span], List[Span]]:
+        """``spans_to_link`` in its two parts: the entities, and the group's spans that are not entities."""
+        ents: List[Span] = []
         if self.link_ents:
-            spans.extend(e for e in doc.ents if not self._labels or e.label_ in self._labels)
+            ents = [e for e in doc.ents if not self._labels or e.label_ in self._labels]
+        others: List[Span] = []
         if self.spans_key is not None and self.spans_key in doc.spans:
-            seen = {(s.start, s.end, s.label) for s in spans}
-            spans.extend(s for s in doc.spans[self.spans_key]
-                         if (not self._labels or s.label_ in self._labels) and (s.start, s.end, s.label) not in seen)
-        return spans
+            seen = {(s.start, s.end, s.label) for s in ents}
+            others = [s for s in doc.spans[self.spans_key]
+                      if (not self._labels or s.label_ in self._labels) and (s.start, s.end, s.label) not in seen]
+        return ents, others
 
     def __call__(self, doc: Doc) -> Doc:
         self._ensure_ready()
-        self.set_annotations([doc], self.predict([doc]))
+        self._link([doc])
         return doc
+
+    def _link(self, docs: Sequence[Doc]) -> None:
+        """``predict`` then ``set_annotations``, reading each doc's spans once for both."""
+        split = [self._ents_and_others(doc) for doc in docs]
+        self._set_annotations(docs, split, self._predict(docs, [ents + others for ents, others in split]))
 
     def pipe(self, stream: Iterable[Doc], batch_size: int = 128) -> Iterator[Doc]:
         """Link ``stream`` a batch at a time; a batch that raises goes to the error handler
@@ -442,7 +453,7 @@ class SapBertLinker(Pipe):
         error_handler = self.get_error_handler()
         for docs in minibatch(stream, size=batch_size):
             try:
-                self.set_annotations(docs, self.predict(docs))
+                self._link(docs)
                 yield from docs
             except Exception as e:
                 error_handler(self.name, self, docs, e)
@@ -454,7 +465,9 @@ class SapBertLinker(Pipe):
         ("breast and ovarian cancer") is also queried part by part, and the parts are kept when
         every part matches the KB better than the whole does.
         """
-        to_link = [self.spans_to_link(doc) for doc in docs]
+        return self._predict(docs, [self.spans_to_link(doc) for doc in docs])
+
+    def _predict(self, docs: Sequence[Doc], to_link: List[List[Span]]) -> List[List[List[Tuple[str, List[Candidate]]]]]:
         per_doc = []
         for doc, doc_spans in zip(docs, to_link):
             expand = query_expander(doc)  # short forms expanded: "DM" searched as "diabetes mellitus"
@@ -670,11 +683,16 @@ class SapBertLinker(Pipe):
         return cands[0]
 
     def set_annotations(self, docs: Sequence[Doc], linked_parts: List[List[List[Tuple[str, List[Candidate]]]]]) -> None:
+        self._set_annotations(docs, [self._ents_and_others(doc) for doc in docs], linked_parts)
+
+    def _set_annotations(self, docs: Sequence[Doc], split: List[Tuple[List[Span], List[Span]]],
+                         linked_parts: List[List[List[Tuple[str, List[Candidate]]]]]) -> None:
+        """``set_annotations`` given each doc's spans to link as ``_ents_and_others`` gives them."""
         # our attributes' own setters (``register_span_attribute``), without building a ``span._`` per value
         set_cui, set_candidates, set_parts = (Span.get_extension(a)[3] for a in (self.cui_attr, self.candidates_attr, self.parts_attr))
-        for doc, doc_parts in zip(docs, linked_parts):
+        for doc, (ents, others), doc_parts in zip(docs, split, linked_parts):
             linked: Dict[Tuple[int, int, int], str] = {}
-            for span, parts in zip(self.spans_to_link(doc), doc_parts):
+            for span, parts in zip(ents + others, doc_parts):
                 cands = parts[0][1]
                 best = self.best(cands)
                 # stored as tuples, which the getters return as lists: tuples of plain values drop out
@@ -685,12 +703,11 @@ class SapBertLinker(Pipe):
                 set_parts(span, tuple((query, as_tuples if pc is cands else tuple(c.to_tuple() for c in pc)) for query, pc in parts))
                 if best is not None:
                     linked[(span.start, span.end, span.label)] = best.concept_id
-            if self.link_ents:
-                for ent in doc.ents:
-                    cui = linked.get((ent.start, ent.end, ent.label))
-                    if cui is not None:
-                        for token in ent:
-                            token.ent_kb_id_ = cui
+            for ent in ents:
+                cui = linked.get((ent.start, ent.end, ent.label))
+                if cui is not None:
+                    for token in ent:
+                        token.ent_kb_id_ = cui
             if self.spans_key is not None and self.spans_key in doc.spans:
                 # spans of a group are copies: rebuild the group to store the kb ids
                 group = doc.spans[self.spans_key]

@@ -223,7 +223,7 @@ def make_sapbert_ner(
     ``max_length``: wordpieces per window, [CLS] and [SEP] included; ``overlap``: wordpieces two
     windows share at least. ``batch_size``: windows per encoder call. ``outside_bias``: added to
     every token's log-probability of ``O`` before decoding: above 0 trades recall for precision.
-    ``precision``: auto (bf16 where the hardware has it natively, else fp32), fp32 or bf16."""
+    ``precision``: auto (bf16 where it is faster than fp32: ``fast_bf16``), fp32 or bf16."""
     return TransformerTagger(nlp.vocab, name, encoder=encoder, max_length=max_length, overlap=overlap,
                              batch_size=batch_size, outside_bias=outside_bias, device=device, precision=precision,
                              scorer=scorer)

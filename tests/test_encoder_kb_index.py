@@ -118,15 +118,26 @@ def test_reduced_precision_copy_follows_in_place_weight_updates(tiny_bert_path, 
     assert encoder.model.dtype == torch.float32  # the reduced copy is separate from the trained weights
 
 
-def test_auto_precision_is_bf16_only_where_the_hardware_has_it(tiny_bert_path, monkeypatch):
+def test_auto_precision_is_bf16_only_where_it_is_faster(tiny_bert_path, monkeypatch):
     cpu = torch.device("cpu")
-    for native, expected in ((True, "bf16"), (False, "fp32")):
-        monkeypatch.setattr(encoder_module, "native_bf16", lambda device, native=native: native)
+    for fast, expected in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(encoder_module, "fast_bf16", lambda device, fast=fast: fast)
         assert resolve_precision("auto", cpu) == expected
         assert SapEncoder.load(tiny_bert_path, device="cpu").precision == expected  # auto is the default
     assert resolve_precision("int8", cpu) == "int8"  # an explicit choice is kept
     with pytest.raises(ValueError, match="precision must be one of"):
         resolve_precision("fp8", cpu)
+
+
+def test_bf16_counts_as_faster_on_a_cpu_only_with_amx(monkeypatch):
+    """AVX512-BF16 without AMX computes bf16 natively, yet slower than fp32: fp32 stays the choice there."""
+    cpu = torch.device("cpu")
+    for amx, native, expected in ((True, True, True), (False, True, False), (True, False, False)):
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx, raising=False)
+        monkeypatch.setattr(encoder_module, "native_bf16", lambda device, native=native: native)
+        assert encoder_module.fast_bf16(cpu) is expected
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported", raising=False)  # a torch that cannot tell
+    assert encoder_module.fast_bf16(cpu) is False
 
 
 def test_missing_encoder_folder_is_a_clear_error(tmp_path):
@@ -646,7 +657,7 @@ def small_shortlists(monkeypatch):
 
     monkeypatch.setattr(index_module, "SHORTLIST_MIN_NAMES", 1000)
     monkeypatch.setattr(index_module, "SHORTLIST_CHUNK", 64)
-    monkeypatch.setattr(encoder_module, "native_bf16", lambda device: True)
+    monkeypatch.setattr(encoder_module, "fast_bf16", lambda device: True)
 
 
 def _clustered_with_ties(n: int = 6000, dim: int = 48) -> tuple:
@@ -702,7 +713,7 @@ def test_shortlist_search_is_exact_where_every_score_is_negative(small_shortlist
     np.testing.assert_array_equal(scores, np.take_along_axis(exact, expected, 1))
 
 
-def test_shortlist_search_scores_a_query_as_it_does_alone_and_only_where_bf16_is_native(small_shortlists, monkeypatch):
+def test_shortlist_search_scores_a_query_as_it_does_alone_and_only_where_bf16_is_faster(small_shortlists, monkeypatch):
     data, queries = _clustered_with_ties()
     index = VectorIndex.build(data, kind="flat")
     together = index.search(queries, 10)
@@ -710,8 +721,8 @@ def test_shortlist_search_scores_a_query_as_it_does_alone_and_only_where_bf16_is
         for start in range(0, 100, size):
             part = index.search(queries[start : start + size], 10)
             assert (part[0] == together[0][start : start + size]).all() and (part[1] == together[1][start : start + size]).all()
-    monkeypatch.setattr(encoder_module, "native_bf16", lambda device: False)
-    monkeypatch.setattr(VectorIndex, "_shortlist_search", lambda *a: pytest.fail("bf16 pass on a CPU without native bf16"))
+    monkeypatch.setattr(encoder_module, "fast_bf16", lambda device: False)
+    monkeypatch.setattr(VectorIndex, "_shortlist_search", lambda *a: pytest.fail("bf16 pass on a CPU where bf16 is slower"))
     fp32 = index.search(queries, 10)
     np.testing.assert_allclose(fp32[0], together[0], atol=1e-6)  # the same top k (fp32 orders ties its own way)
     assert np.mean([set(a) == set(b) for a, b in zip(fp32[1], together[1])]) > 0.9

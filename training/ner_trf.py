@@ -10,7 +10,7 @@ in the CNN's data.
 The component trained is the one users run (``spacy_sapbert.tagger``): the same windows in training
 and prediction, and the dev F after each epoch comes from the saved pipeline through ``nlp.pipe``.
 AdamW with a linear warm-up and a linear decay that ends where the wall-clock budget will (re-fitted
-each epoch from the speed so far), bf16 autocast where the CPU or GPU has it natively, the word
+each epoch from the speed so far), bf16 autocast where it is faster than fp32 (a GPU, or a CPU with AMX), the word
 embeddings frozen (so the saved tagger need not store them). A checkpoint after every epoch lets
 ``--resume`` continue a run that was stopped.
 
@@ -43,7 +43,7 @@ from spacy.tokens import Doc
 from tqdm import tqdm
 from wasabi import msg
 
-from spacy_sapbert.encoder import native_bf16, select_device
+from spacy_sapbert.encoder import fast_bf16, select_device
 from spacy_sapbert.evaluation.datasets import Document, read_pubtator
 from spacy_sapbert.fileio import atomic_dir, read_json, write_json
 from spacy_sapbert.machine import machine_description, peak_rss_mb
@@ -184,7 +184,7 @@ def train_tagger(
     seed_everything(seed)
     dev_device = select_device(device)
     if precision == "auto":
-        precision = "bf16" if native_bf16(dev_device) else "fp32"
+        precision = "bf16" if fast_bf16(dev_device) else "fp32"
     nlp = make_tokenizer_nlp()
     tagger: TransformerTagger = nlp.add_pipe(COMPONENT, config={"encoder": encoder, "max_length": max_length,  # type: ignore[assignment]
                                                                 "overlap": overlap, "device": device})
