@@ -117,9 +117,9 @@ def native_bf16(device: torch.device) -> bool:
 def fast_bf16(device: torch.device) -> bool:
     """Whether bf16 is the faster choice on ``device``: CUDA with bf16, or a CPU with AMX tiles.
 
-    A CPU with AVX512-BF16 but no AMX computes bf16 natively, yet multiplies it slower than fp32:
-    on such a Xeon (``benchmarks/pipeline_profile.py``'s matmul peaks, ``benchmarks/speed.py``'s
-    names/s per precision) bf16 lost to fp32 in both, so ``auto`` keeps fp32 there.
+    A CPU with AVX512-BF16 but no AMX computes bf16 natively, yet at half fp32's speed: on such a
+    Xeon (``benchmarks/pipeline_profile.py``, its matmul peaks and its before/after rows) bf16 made
+    the encoder and the transformer NER slower than fp32, so ``auto`` keeps fp32 there.
     """
     if device.type != "cpu":
         return native_bf16(device)
@@ -132,7 +132,8 @@ def resolve_precision(precision: str, device: torch.device, training: bool = Fal
 
     Encoding: ``auto`` is bf16 where it is faster than fp32 (``fast_bf16``: CUDA, or a CPU with AMX),
     else fp32. Measured on an AMX CPU (``benchmarks/speed.py``): bf16 encodes faster than fp32 with
-    the same NCBI-disease Acc@1 and a top-5 overlap near 1; int8 (torch or ONNX Runtime) costs accuracy, so it is never chosen
+    the same NCBI-disease Acc@1 and a top-5 overlap near 1; int8 (torch or ONNX Runtime) costs
+    accuracy, so it is never chosen
     automatically. Training: ``auto`` is the authors' ``--amp`` (fp16 autocast with loss scaling)
     on CUDA, fp32 on the CPU; fp16 needs CUDA, and int8 is for encoding only.
     """
