@@ -133,8 +133,7 @@ def resolve_precision(precision: str, device: torch.device, training: bool = Fal
     Encoding: ``auto`` is bf16 where it is faster than fp32 (``fast_bf16``: CUDA, or a CPU with AMX),
     else fp32. Measured on an AMX CPU (``benchmarks/speed.py``): bf16 encodes faster than fp32 with
     the same NCBI-disease Acc@1 and a top-5 overlap near 1; int8 (torch or ONNX Runtime) costs
-    accuracy, so it is never chosen
-    automatically. Training: ``auto`` is the authors' ``--amp`` (fp16 autocast with loss scaling)
+    accuracy, so it is never chosen automatically. Training: ``auto`` is the authors' ``--amp`` (fp16 autocast with loss scaling)
     on CUDA, fp32 on the CPU; fp16 needs CUDA, and int8 is for encoding only.
     """
     allowed = TRAINING_PRECISIONS if training else PRECISIONS

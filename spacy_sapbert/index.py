@@ -23,8 +23,8 @@ RERANK_KINDS = ("ivf-pq",)
 RERANK_CANDIDATES = 64  # PQ candidates re-scored per query (recall stopped rising past 64 at 958k names)
 RERANK_CHOICES = (64, 128, 256)  # depths tune_nprobe may pick when more names crowd PQ's ranking
 # A flat index of at least this many names keeps a bf16 copy of its vectors (``SHORTLIST_FILE``):
-# where bf16 is the faster choice (``fast_bf16``: AMX), exact search scores every name in bf16 first and re-scores in fp32
-# only the names that bf16 rounding could have put in the top k (``VectorIndex._shortlist_search``):
+# where bf16 is the faster choice (``fast_bf16``: AMX), exact search scores every name in bf16 first and
+# re-scores in fp32 only the names that bf16 rounding could have put in the top k (``VectorIndex._shortlist_search``):
 # the same top k, at twice the speed on the MeSH chemicals (benchmarks/flat_search.py).
 SHORTLIST_MIN_NAMES = 200_000  # below it the fp32 pass is as fast (MEDIC, 72k names: slower with the shortlist)
 SHORTLIST_FILE = "shortlist.bf16.npy"  # uint16 bit patterns of bf16, padded with zero rows to whole chunks
@@ -450,7 +450,8 @@ class VectorIndex:
 
         Same results as FAISS' flat search and much faster here (``benchmarks/flat_search.py``):
         the faiss-cpu wheel's BLAS path is slow on this CPU, torch's matmul is not. An index with
-        a bf16 shortlist searches through it where bf16 is the faster choice (``fast_bf16``: AMX; ``_shortlist_search``).
+        a bf16 shortlist searches through it where bf16 is the faster choice (``fast_bf16``: AMX;
+        ``_shortlist_search``).
         """
         import torch
 

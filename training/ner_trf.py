@@ -43,7 +43,7 @@ from spacy.tokens import Doc
 from tqdm import tqdm
 from wasabi import msg
 
-from spacy_sapbert.encoder import fast_bf16, select_device
+from spacy_sapbert.encoder import resolve_precision, select_device
 from spacy_sapbert.evaluation.datasets import Document, read_pubtator
 from spacy_sapbert.fileio import atomic_dir, read_json, write_json
 from spacy_sapbert.machine import machine_description, peak_rss_mb
@@ -183,8 +183,7 @@ def train_tagger(
     started = time.monotonic()
     seed_everything(seed)
     dev_device = select_device(device)
-    if precision == "auto":
-        precision = "bf16" if fast_bf16(dev_device) else "fp32"
+    precision = resolve_precision(precision, dev_device)  # auto: the encoder's rule (bf16 where it is faster)
     nlp = make_tokenizer_nlp()
     tagger: TransformerTagger = nlp.add_pipe(COMPONENT, config={"encoder": encoder, "max_length": max_length,  # type: ignore[assignment]
                                                                 "overlap": overlap, "device": device})
@@ -298,7 +297,7 @@ def train(
     max_length: int = typer.Option(512, help="wordpieces per window"),
     attention_dropout: float = typer.Option(0.0, help="dropout on attention weights while training (BERT's 0.1 takes torch's slow attention path)"),
     threads: int = typer.Option(2, help="torch threads"),
-    precision: str = typer.Option("auto", help="auto (bf16 autocast where native), bf16 or fp32"),
+    precision: str = typer.Option("auto", help="auto (bf16 autocast where it is faster than fp32: a GPU, or a CPU with AMX), bf16 or fp32"),
     device: str = typer.Option("auto", help="auto (CUDA if present), cpu or cuda"),
     seed: int = typer.Option(0),
     with_dev: bool = typer.Option(False, help="train on train + dev for --epochs (chosen by a run that selected on dev); keeps the last epoch"),
