@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -42,6 +41,7 @@ from spacy_sapbert.evaluation.end_to_end import (
 )
 from spacy_sapbert.hpo_kb import default_kb_path
 from spacy_sapbert.kb import ConceptKB
+from spacy_sapbert.machine import machine_description
 from spacy_sapbert.normalize import STOPWORDS, WORD, content_keys, word_key
 from spacy_sapbert.pipelines import build_pipeline
 
@@ -73,13 +73,6 @@ def shipped_settings() -> Dict[str, object]:
     config = {**spacy.blank("en").get_factory_meta("sapbert_span_finder").default_config, **HPO_SPAN_FINDER}
     settings = {k: config[k] for k in ("threshold", "partial_threshold", "max_generic_share", "resolve")}
     return {**settings, "resolve": "all", "nested": HPO_NESTED} if HPO_NESTED else {**settings, "nested": None}
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def pipeline(kb: Path, detector: str, settings: Dict[str, object]):
@@ -229,7 +222,7 @@ def main(argv: Sequence[str] = ()) -> Dict[str, object]:
     dev = read_gscplus(args.gsc)
     result: Dict[str, object] = {
         "command": "python benchmarks/hpo_default.py " + " ".join(argv or sys.argv[1:]),
-        "cpu": cpu_model(),
+        "cpu": machine_description()["cpu"],
         "threads": args.threads,
         "dev": {"file": str(args.gsc), "abstracts": len(dev), "mentions": sum(len(d.mentions) for d in dev)},
         "kb": str(kb),

@@ -12,19 +12,29 @@ import resource
 import sys
 from typing import Dict, Optional
 
+# CPU flags that decide which precision its matrix kernels run fastest in (bf16 is fast with AMX, slow
+# with AVX512-BF16 alone: ``encoder.fast_bf16``), in the order a description lists them. CPUs of one
+# model name ("Intel(R) Xeon(R) Processor") differ in these, so every record names them.
+MATRIX_FLAGS = {"amx_tile": "AMX", "avx512_bf16": "AVX512-BF16", "avx512_vnni": "AVX512-VNNI", "avx512f": "AVX-512", "avx2": "AVX2"}
 
-def machine_description() -> Dict[str, object]:
-    """CPU model and core count, read from the machine the numbers were measured on."""
-    model = platform.processor() or platform.machine()
+
+def machine_description(cpuinfo: str = "/proc/cpuinfo") -> Dict[str, object]:
+    """CPU model (with its ``MATRIX_FLAGS``) and core count, read from the machine the numbers were measured on."""
+    model, flags = None, None
     try:
-        with open("/proc/cpuinfo", encoding="utf8") as f:
+        with open(cpuinfo, encoding="utf8") as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith("model name") and model is None:
                     model = line.split(":", 1)[1].strip()
-                    break
+                elif line.startswith("flags") and flags is None:
+                    flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return {"cpu": model, "nproc": os.cpu_count(), "platform": platform.platform()}
+    model = model or platform.processor() or platform.machine()
+    features = [name for flag, name in MATRIX_FLAGS.items() if flag in (flags or ())]
+    shown = features + ["no AMX"] if features and "AMX" not in features else features
+    cpu = f"{model} ({', '.join(shown)})" if shown else model
+    return {"cpu": cpu, "cpu_model": model, "cpu_features": features, "nproc": os.cpu_count(), "platform": platform.platform()}
 
 
 def peak_rss_mb(pid: Optional[int] = None) -> float:

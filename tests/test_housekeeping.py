@@ -58,3 +58,18 @@ def test_ci_lints_with_ruff():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf8").splitlines()
     assert any(line.split("#")[0].strip().endswith("ruff check .") for line in ci)
     assert "[tool.ruff.lint]" in (ROOT / "pyproject.toml").read_text(encoding="utf8")
+
+
+def test_one_cpu_description_naming_its_matrix_features(tmp_path):
+    """Records tell CPUs of one model name apart by the flags that decide bf16's speed (AMX or not)."""
+    from spacy_sapbert.machine import machine_description
+
+    assert _files_matching(r'startswith\("model name"\)') == {"spacy_sapbert/machine.py"}
+    amx, plain = tmp_path / "amx", tmp_path / "plain"
+    amx.write_text("model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu avx2 avx512f amx_tile avx512_bf16\n"
+                   "model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu\n")
+    plain.write_text("model name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n")
+    assert machine_description(str(amx))["cpu"] == "Intel(R) Xeon(R) Processor (AMX, AVX512-BF16, AVX-512, AVX2)"
+    described = machine_description(str(plain))
+    assert described["cpu"] == "AMD EPYC (AVX512-BF16, AVX512-VNNI, AVX-512, AVX2, no AMX)"
+    assert described["cpu_model"] == "AMD EPYC" and "AMX" not in described["cpu_features"]  # type: ignore[operator]
