@@ -339,3 +339,30 @@ def test_consistency_is_chosen_on_dev_gold_spans_and_set_on_the_linker(monkeypat
     assert row["chosen_weight"] == 0.9 and row["test"]["0.9"]["command"].endswith("--dictionary ontology --consistency 0.9")
     table = consistency.render({"command": "python benchmarks/consistency.py", "machine": {"cpu": "x"}, "weights": [0.0, 0.9, 1.0], "rows": [row]})
     assert "| bc5cdr-chemical | ontology | 0.0: 75.0, 0.9: 76.0, 1.0: 75.0 | 0.9 | 80.0 | 75.0 → 76.0 (+1.0) |" in table
+
+
+def test_ner_errors_sorts_a_missed_chemical_into_the_first_kind_that_applies(monkeypatch):
+    import spacy
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    ner_errors = _load("ner_errors")
+    text = "Lidocaine-induced asystole and STZ with CB 3717 or xenon-133 and aspirin."
+    doc = spacy.blank("en").make_doc(text)
+
+    def kind(mention, entities=()):
+        start = text.index(mention)
+        return ner_errors.miss_kind(text, start, start + len(mention), doc, list(entities))
+
+    assert kind("xenon") == "not on token boundaries"  # inside "xenon-133" for English's rules
+    assert kind("asystole", [(18, 26, "Disease")]) == "tagged Disease"
+    assert kind("aspirin", [(64, 70, "Chemical")]) == "wrong boundaries"
+    assert kind("STZ") == kind("CB 3717") == "short form"
+    assert kind("aspirin") == "one word, not found"
+    assert kind("asystole and STZ") == "several words, not found"
+    run = {"gold": 3, "precision": 0.5, "recall": 1 / 3, "missed": 2, "missed_by_kind": {k: 0 for k in ner_errors.KINDS},
+           "most_frequent": {k: [] for k in ner_errors.KINDS}}
+    run["missed_by_kind"]["short form"] = 2
+    run["most_frequent"]["short form"] = [["STZ", 2]]
+    block = ner_errors.render({"command": "python benchmarks/ner_errors.py", "machine": {"cpu": "cpu"}, "split": "dev",
+                               "file": "bc5cdr/dev", "runs": {"ner": run}})
+    assert "| `ner` | 3 | 50.0 | 33.3 | 2 | 0 | 0 | 0 | 2 | 0 | 0 |" in block and '- short form: "STZ" ×2' in block

@@ -1,6 +1,7 @@
 """The NER workflow: PubTator → DocBin conversion, the time-budget stop, evaluation, and the shipped model."""
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import time
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import spacy
+from spacy.attrs import ORTH
+from spacy.strings import get_string_id
 from spacy.tokens import DocBin
 
 import spacy_sapbert
@@ -19,6 +22,7 @@ from training.ner import (
     export_pipeline,
     make_tokenizer_nlp,
     time_budget_batcher,
+    write_lexicon,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ner"
@@ -88,6 +92,39 @@ def test_unknown_mention_type_names_the_file(tmp_path):
         document_to_doc(make_tokenizer_nlp(), read_pubtator(bad)[0], bad, Counter())
 
 
+@pytest.fixture(scope="module")
+def lexicon(tmp_path_factory) -> Path:
+    """The lexicon features of two tiny ontologies in MEDIC's format: chemicals, then diseases."""
+    root = tmp_path_factory.mktemp("lexicon")
+    root.joinpath("chemicals.txt").write_text(
+        "D001241||Aspirin|Acetylsalicylic Acid\nD000001||Acetic Acid\nD014978||Xenon\n", encoding="utf8")
+    root.joinpath("diseases.txt").write_text(
+        "D001249||Asthma\nD001943||Breast Cancer|Breast Neoplasms\nD008175||Lung Cancer\n", encoding="utf8")
+    assert write_lexicon(root, [(root / "chemicals.txt", "medic"), (root / "diseases.txt", "medic")]) == 6
+    return root / "lexicon"
+
+
+def test_lexicon_features_per_lower_case_word(lexicon):
+    nlp = spacy.load(lexicon)
+    vectors = nlp.vocab.vectors
+    assert vectors.attr == ORTH and vectors.shape == (6, 4)
+
+    def features(word):
+        row = vectors.find(key=get_string_id(word))
+        return None if row < 0 else [round(float(x), 4) for x in vectors.data[row]]
+
+    one_of_three = round(math.log(2) / math.log(3), 4)  # in 1 name, when the most frequent word is in 2
+    # whole names, in lower case and capitalised; "xenon" as the corpus tokenizer splits "xenon-133"
+    assert [t.text for t in nlp.make_doc("xenon-133")] == ["xenon", "-", "133"]
+    assert features("Aspirin") == features("aspirin") == features("xenon") == [1.0, one_of_three, 0.0, 0.0]
+    assert features("ASPIRIN") is None  # capitals are mostly short forms, which no name spells out
+    assert features("asthma") == [0.0, 0.0, 1.0, one_of_three]
+    assert features("acid") == [0.0, 1.0, 0.0, 0.0]  # in two chemical names, a whole name of none
+    assert features("cancer") == [0.0, 0.0, 0.0, 1.0] and features("breast") == [0.0, 0.0, 0.0, 1.0]
+    # in one name and no whole name: a fragment, left out; words of no name are not there at all
+    assert features("acetic") is None and features("lung") is None and features("the") is None
+
+
 def test_budget_batcher_stops_yielding():
     batcher = time_budget_batcher(lambda items: ([x] for x in items), max_seconds=0.2)
     assert len(list(batcher(range(5)))) == 5
@@ -99,7 +136,7 @@ def test_budget_batcher_stops_yielding():
 
 
 @pytest.fixture(scope="module")
-def tiny_run(converted, tmp_path_factory) -> Path:
+def tiny_run(converted, lexicon, tmp_path_factory) -> Path:
     """A tiny-config run whose 2-second budget is all that ends it (1000 epochs would take minutes)."""
     from spacy.cli.train import train
 
@@ -108,6 +145,7 @@ def tiny_run(converted, tmp_path_factory) -> Path:
         "paths.train": str(out / "train.spacy"),
         "paths.dev": str(out / "dev.spacy"),
         "paths.tokenizer": str(out / "tokenizer"),
+        "paths.vectors": str(lexicon),
         "components.ner.model.tok2vec.encode.width": 16,
         "components.ner.model.tok2vec.encode.depth": 1,
         "components.ner.model.tok2vec.embed.rows": [100, 50, 50, 50],
@@ -128,6 +166,8 @@ def test_budget_stops_a_tiny_training_run(tiny_run, tmp_path):
     assert (tiny_run / "model-best" / "meta.json").is_file() and (tiny_run / "model-last" / "meta.json").is_file()
     nlp = export_pipeline(tiny_run / "model-best", tmp_path / "exported")
     assert nlp.pipe_names == ["ner"] and set(nlp.get_pipe("ner").labels) == {"Chemical", "Disease"}
+    assert nlp.vocab.vectors.shape == (6, 4)  # the lexicon features travel with the model, not its corpus path
+    assert nlp.config["initialize"]["vectors"] is None and nlp.config["paths"]["vectors"] is None
     assert "time_budget" not in nlp.config.to_str()
     assert nlp.config["training"]["batcher"]["@batchers"] == "spacy.batch_by_words.v1"
 
@@ -162,6 +202,11 @@ def test_shipped_model_finds_a_disease_and_can_be_sourced():
     assert nlp.pipe_names == ["ner"]
     doc = nlp("The patient had breast cancer and was treated with tamoxifen.")
     assert ("breast cancer", "Disease") in _ents(doc)
+    rows, width = nlp.vocab.vectors.shape
+    assert width == 4 and rows > 100_000  # the lexicon features: MeSH-2024 chemical and MEDIC disease words
+    found = [nlp.vocab.vectors.find(key=get_string_id(w)) for w in ("tamoxifen", "Tamoxifen", "asthma")]
+    assert min(found) >= 0 and found[0] == found[1] and nlp.vocab.vectors.data[found[0]][0] == 1.0  # a whole chemical name
     host = spacy.blank("en")
+    host.vocab.vectors = nlp.vocab.vectors  # the ner reads them: they go with it
     host.add_pipe("ner", source=nlp)
     assert ("breast cancer", "Disease") in _ents(host("The patient had breast cancer and was treated with tamoxifen."))

