@@ -638,7 +638,7 @@ def _top_k(sims, k: int) -> tuple:
     the scores: each row's maxima of ``TOP_K_CHUNK`` columns, then a top-k among the k chunks with
     the largest maxima. Those are k distinct scores at least the k-th largest maximum, and a score
     above it sits in one of those chunks, so the k best are there. On the CPU that made an exact
-    search of MeSH's 543k names 4.63 → 3.78 ms per query (``benchmarks/flat_search.py``, 1 thread)."""
+    search of MeSH's 543k names 4.629 → 3.777 ms per query (``benchmarks/flat_search.py``, 1 thread)."""
     import torch
 
     m, n = sims.shape

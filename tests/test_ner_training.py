@@ -104,7 +104,7 @@ def lexicon(tmp_path_factory) -> Path:
     return root / "lexicon"
 
 
-def test_lexicon_features_per_lower_case_word(lexicon):
+def test_lexicon_features_per_word_in_lower_case_and_capitalised(lexicon):
     nlp = spacy.load(lexicon)
     vectors = nlp.vocab.vectors
     assert vectors.attr == ORTH and vectors.shape == (6, 4)

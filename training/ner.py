@@ -271,9 +271,9 @@ def lexicon_vectors(nlp: Language, ontologies: Sequence[Iterable[str]]) -> Vecto
         data[:, col + 1] = np.log1p([names_of.get(w, 0) for w in words]) / scale
     # keyed by hash alone: the words' strings would go into every model trained with the table
     vectors = Vectors(strings=StringStore(), data=data, keys=[get_string_id(w) for w in words], name="sapbert_ner_lexicon")
-    for row, word in enumerate(words):
-        if word[:1].upper() + word[1:] != word:
-            vectors.add(get_string_id(word[:1].upper() + word[1:]), row=row)
+    for row, word in enumerate(words):  # every word is in lower case: capitalize() only raises its first letter
+        if word.capitalize() != word:
+            vectors.add(get_string_id(word.capitalize()), row=row)
     return vectors
 
 
@@ -384,10 +384,9 @@ def lexicon(
                                      help="PATH:FORMAT of an ontology (build-kb's formats), one feature pair each"),
 ) -> None:
     """The lexicon features the CNN NER reads as static vectors: its words' presence in ontology names."""
-    sources = [(Path(s.rsplit(":", 1)[0]), s.rsplit(":", 1)[1]) for s in source if ":" in s]
-    if len(sources) != len(source):
+    if not all(":" in s for s in source):
         raise typer.BadParameter(f"each --source is PATH:FORMAT, got {source}")
-    n = write_lexicon(output_dir, sources)
+    n = write_lexicon(output_dir, [(Path(path), fmt) for path, _, fmt in (s.rpartition(":") for s in source)])
     msg.good(f"Wrote {output_dir / LEXICON_DIR} ({n} words)")
 
 
