@@ -16,15 +16,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-import spacy
 import torch
 from readme_tables import publish  # benchmarks/readme_tables.py, beside this script
 
 from spacy_sapbert.evaluation.datasets import DEFAULT_DATA_DIR, read_pubtator
 from spacy_sapbert.fileio import write_json
 from spacy_sapbert.machine import machine_description
-from spacy_sapbert.pipelines import SHIPPED_NERS
-from spacy_sapbert.tokenizer import TOKENIZER_CONFIG
+from spacy_sapbert.pipelines import SHIPPED_NERS, load_ner
 
 OUT = Path("benchmarks/results/ner_errors.json")
 README = Path("benchmarks/README.md")
@@ -59,7 +57,7 @@ def miss_kind(text: str, start: int, end: int, doc, entities: Sequence[Tuple[int
 def chemical_misses(model: Path, path: Path) -> Dict[str, object]:
     """Exact-offset P/R of the Chemical entities, and the misses by kind with their most frequent strings."""
     documents = list(read_pubtator(path))
-    nlp = spacy.load(model, config={"nlp": {"tokenizer": TOKENIZER_CONFIG}})  # the tokenizer build_pipeline gives it
+    nlp = load_ner(model)  # the tokenizer build_pipeline gives it
     found = wrong = 0
     kinds: Counter = Counter()
     examples: Dict[str, Counter] = {k: Counter() for k in KINDS}

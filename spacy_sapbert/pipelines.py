@@ -41,6 +41,12 @@ def ner_detector(detector: str) -> Optional[str]:
     return first if first in SHIPPED_NERS else None
 
 
+def load_ner(path: PathLike, exclude: Sequence[str] = ()) -> Language:
+    """A trained NER folder as the pipelines run it: with their tokenizer (spaCy's, with a chunk
+    cache for biomedical text), so that the NER alone and in a pipeline see the same tokens."""
+    return spacy.load(path, exclude=list(exclude), config={"nlp": {"tokenizer": TOKENIZER_CONFIG}})
+
+
 def add_ruler(nlp: Language, kb_path: PathLike, label: str) -> None:
     """An entity ruler over the KB's names (case-insensitive): finds exactly the names in the KB."""
     ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"})
@@ -92,11 +98,10 @@ def build_pipeline(
         kb = default_kb_path(encoder)  # resolved here, so the linker's config names the folder
     span_label = label or (labels[0] if labels else "CONCEPT")
     ner = ner_detector(detector)
-    tokenizer = {"nlp": {"tokenizer": TOKENIZER_CONFIG}}  # spaCy's, with a chunk cache for biomedical text
     if ner is not None:
-        nlp = spacy.load(ner_model or SHIPPED_NERS[ner], exclude=["sapbert_linker"], config=tokenizer)
+        nlp = load_ner(ner_model or SHIPPED_NERS[ner], exclude=[LINKER])
     else:
-        nlp = spacy.blank("en", config=tokenizer)
+        nlp = spacy.blank("en", config={"nlp": {"tokenizer": TOKENIZER_CONFIG}})  # spaCy's, with a chunk cache for biomedical text
     if detector == "ruler":
         add_ruler(nlp, kb, span_label)
     if detector.endswith("span_finder"):
