@@ -249,6 +249,23 @@ def info(path: Path = typer.Argument(..., exists=True, help="A KB folder or a sa
     typer.echo(json.dumps(found, indent=2, ensure_ascii=False))
 
 
+def _annotated_documents(paths: List[Path], entity_type: List[str]) -> Tuple[list, str]:
+    """The documents of annotated files (PubTator, or GSC+ ``.tsv``), their mentions of ``entity_type``
+    only when given, and how to describe them; a clear error when no mention is left."""
+    from .evaluation.datasets import read_gscplus, read_pubtator
+
+    documents = []
+    for path in paths:
+        docs = read_gscplus(path) if path.suffix == ".tsv" else read_pubtator(path)
+        if entity_type:
+            for d in docs:
+                d.mentions = [m for m in d.mentions if m.entity_type in entity_type]
+        documents += docs
+    if not any(d.mentions for d in documents):
+        raise ValueError(f"{', '.join(map(str, paths))}: no mention" + (f" of type {', '.join(entity_type)}" if entity_type else ""))
+    return documents, " + ".join(path.name for path in paths) + (f" ({', '.join(entity_type)})" if entity_type else "")
+
+
 @app.command("calibrate")
 def calibrate_command(
     kb: Path = typer.Argument(..., exists=True, file_okay=False, help="A KB folder (build-kb); the threshold goes into its meta.json"),
@@ -263,18 +280,8 @@ def calibrate_command(
 ) -> None:
     """Choose the linker's NIL threshold (and fusion and context weights) on dev gold mentions and store them in the KB (used when the linker's settings are unset)."""
     from .calibration import calibrate_kb_folder
-    from .evaluation.datasets import read_gscplus, read_pubtator
 
-    documents = []
-    for path in dev:
-        docs = read_gscplus(path) if path.suffix == ".tsv" else read_pubtator(path)
-        if entity_type:
-            for d in docs:
-                d.mentions = [m for m in d.mentions if m.entity_type in entity_type]
-        documents += docs
-    if not any(d.mentions for d in documents):
-        raise ValueError(f"{', '.join(map(str, dev))}: no mention" + (f" of type {', '.join(entity_type)}" if entity_type else ""))
-    described = " + ".join(path.name for path in dev) + (f" ({', '.join(entity_type)})" if entity_type else "")
+    documents, described = _annotated_documents(dev, entity_type)
     record = calibrate_kb_folder(kb, documents, described, label=label, encoder=encoder, nil_weight=nil_weight, store=not dry_run,
                                  fusion_weights=fusion_weight, context_weights=context_weight)
     record.pop("curve")
@@ -286,31 +293,49 @@ def calibrate_command(
 @app.command("build-context")
 def build_context(
     kb: Path = typer.Argument(..., exists=True, file_okay=False, help="A KB folder (build-kb); the prototypes go into it"),
-    texts: List[Path] = typer.Argument(..., exists=True, help="Unlabelled text in any annotate input format (a folder of .txt, JSONL, PubTator, BioC, text lines)"),
+    texts: Optional[List[Path]] = typer.Argument(None, exists=True, help="Unlabelled text in any annotate input format (a folder of .txt, JSONL, PubTator, BioC, text lines)"),
+    annotated: List[Path] = typer.Option([], "--annotated", exists=True, dir_okay=False, help="Annotated documents (PubTator, or GSC+ .tsv): each mention whose one id is a KB concept is an example of it (repeat it)"),
+    entity_type: List[str] = typer.Option([], "--type", help="With --annotated: keep only mentions of this PubTator type (repeat it; default: all)"),
     input_format: str = typer.Option("auto", "--format", help="Format of the texts: auto or one of annotate's input formats"),
     encoder: Optional[str] = typer.Option(None, help="Encoder folder (default: the one the KB was built with)"),
-    max_per_concept: int = typer.Option(20, help="Examples kept per concept"),
+    max_per_concept: int = typer.Option(20, help="Self-supervised examples kept per concept (annotated ones are all kept)"),
     batch_size: int = typer.Option(64),
 ) -> None:
-    """Context prototypes for reranking, from unlabelled text: each concept's sentences where one of its unambiguous names appears verbatim."""
+    """Context prototypes for reranking: each concept's sentences where one of its unambiguous names appears verbatim in unlabelled text, and where annotated documents mention it."""
     import spacy
 
-    from .context import ContextPrototypes, self_supervised_examples
+    from .context import ContextPrototypes, annotated_examples, self_supervised_examples
     from .documents import iter_documents
+    from .evaluation.gold_spans import annotated_mentions
     from .search import store_context
 
+    if not texts and not annotated:
+        raise typer.BadParameter("give unlabelled TEXTS, --annotated documents, or both")
     linker = spacy.blank("en").add_pipe("sapbert_linker", config={"kb": str(kb), "encoder": encoder})
     linker.initialize()  # the KB and the encoder it was built with (or --encoder), checked together
+    concepts = linker.linking_kb.kb
+
     def documents():
-        for path in texts:
+        for path in texts or ():
             for d in iter_documents(path, input_format):
                 if d.error is not None:
                     raise d.error  # names the file and line
                 if d.text:
                     yield d.text
 
-    examples = list(self_supervised_examples(linker.linking_kb.kb, documents(), max_per_concept))
-    sources = {"self_supervised": {"texts": [str(p) for p in texts], "examples": len(examples), "max_per_concept": max_per_concept}}
+    examples = list(self_supervised_examples(concepts, documents(), max_per_concept))
+    sources: Dict[str, Any] = {}
+    if texts:
+        sources["self_supervised"] = {"texts": [str(p) for p in texts], "examples": len(examples), "max_per_concept": max_per_concept}
+    if annotated:
+        mentions = list(annotated_mentions(_annotated_documents(annotated, entity_type)[0]))
+        labelled = list(annotated_examples(concepts, mentions))
+        if not labelled:
+            raise ValueError(f"{', '.join(map(str, annotated))}: no mention has exactly one id of a concept in {kb}")
+        sources["annotated"] = {"files": [str(p) for p in annotated], "types": entity_type, "mentions": len(mentions), "examples": len(labelled)}
+        typer.echo(f"{len(labelled):,} of {len(mentions):,} annotated mentions are examples "
+                   "(the rest have several ids or one that is no concept of the KB)", err=True)
+        examples += labelled
     prototypes = ContextPrototypes.build(examples, linker.encoder, batch_size=batch_size, sources=sources)
     store_context(kb, prototypes)
     typer.echo(f"stored context prototypes of {len(prototypes):,} concepts ({len(examples):,} examples) in {kb}; "

@@ -90,6 +90,18 @@ def self_supervised_examples(kb: ConceptKB, texts: Iterable[str], max_per_concep
             i += step
 
 
+def annotated_examples(kb: ConceptKB, mentions: Iterable[Tuple[str, int, int, Sequence[str]]]) -> Iterator[Tuple[str, str]]:
+    """``(concept id, mention in context)`` for each annotated mention ``(text, start, end, ids)`` with
+    exactly one id that names a KB concept (its own id or one of its cross-references); composite and
+    unknown ids are left out. KRISSBERT's supervised prototypes: annotations settle the ambiguous
+    names that self-supervision never labels."""
+    primary = {alias: cid for cid, xrefs in zip(kb.concept_ids, kb.concept_xrefs) for alias in (xrefs or ())}
+    primary.update((cid, cid) for cid in kb.concept_ids)
+    for text, start, end, ids in mentions:
+        if len(ids) == 1 and ids[0] in primary:
+            yield primary[ids[0]], mention_in_context(text, start, end)
+
+
 @dataclass
 class ContextPrototypes:
     """One unit vector per concept (``concept_ids[i]`` ↔ ``vectors[i]``) and how they were made."""

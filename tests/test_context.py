@@ -192,3 +192,43 @@ def test_build_context_then_calibrate_chooses_and_stores_the_weight(kb_path, tin
     context = json.loads(chose.stdout)["context"]
     assert context["top_concept_right_by_weight"] == {"0.0": 0.5, "0.5": 1.0} and context["weight"] == 0.5
     assert LinkingKB.from_disk(folder).tuned_context_weight == 0.5
+
+
+def test_build_context_from_annotated_documents_lets_the_sentence_decide(kb_folder, tiny_bert_path, tmp_path):
+    """``build-context KB --annotated FILE --type T``: each mention of type T whose one id is a KB
+    concept (or its cross-reference) is an example of it, the ambiguous "MS" too, which self-supervision
+    never labels; composite and unknown ids are left out. The linker then settles "MS" by its sentence."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from spacy_sapbert.cli import app
+
+    folder = kb_folder([R("D:MS", "multiple sclerosis", ["MS"], xrefs=["OMIM:126200"]), *RECORDS[1:]])
+    text = f"{NEURO} {CARDIO}"
+    first, second = text.index("MS"), text.index("MS", len(NEURO))
+    neuritis, murmur, valve = text.index("optic neuritis"), text.index("murmur"), text.index("valve")
+    annotated = tmp_path / "train.PubTator.txt"
+    annotated.write_text(
+        f"1|t|{NEURO}\n1|a|{CARDIO}\n"
+        f"1\t{first}\t{first + 2}\tMS\tDisease\tOMIM:126200\n"  # a cross-reference of D:MS
+        f"1\t{second}\t{second + 2}\tMS\tDisease\tD:MIS\n"
+        f"1\t{neuritis}\t{neuritis + 14}\toptic neuritis\tDisease\tD:NONE\n"  # no concept of the KB
+        f"1\t{murmur}\t{murmur + 6}\tmurmur\tDisease\tD:MS|D:MIS\n"  # a composite
+        f"1\t{valve}\t{valve + 5}\tvalve\tChemical\tD:AST\n\n",  # not of the type asked for
+        encoding="utf8")
+    run = CliRunner().invoke
+    assert run(app, ["build-context", str(folder), "--encoder", str(tiny_bert_path)]).exit_code == 2  # neither texts nor annotations
+    unknown = tmp_path / "unknown.PubTator.txt"
+    unknown.write_text(f"1|t|{NEURO}\n1|a|{CARDIO}\n1\t{neuritis}\t{neuritis + 14}\toptic neuritis\tDisease\tD:NONE\n\n", encoding="utf8")
+    refused = run(app, ["build-context", str(folder), "--annotated", str(unknown), "--encoder", str(tiny_bert_path)])
+    assert refused.exit_code == 1 and "no mention has exactly one id" in refused.output and ContextPrototypes.from_disk(folder) is None
+    built = run(app, ["build-context", str(folder), "--annotated", str(annotated), "--type", "Disease", "--encoder", str(tiny_bert_path)])
+    assert built.exit_code == 0, built.output
+    prototypes = ContextPrototypes.from_disk(folder)
+    assert prototypes.concept_ids == ["D:MIS", "D:MS"] and prototypes.meta["examples"] == 2
+    assert prototypes.meta["sources"] == {"annotated": {"files": [str(annotated)], "types": ["Disease"], "mentions": 4, "examples": 2}}
+    assert json.loads(run(app, ["info", str(folder)]).stdout)[str(folder)]["context_prototypes"]["concepts"] == 2
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_linker", config={"kb": str(folder), "encoder": str(tiny_bert_path), "precision": "fp32", "context_weight": 0.5})
+    assert [link_ms(nlp, t)._.cui for t in (NEURO, CARDIO)] == ["D:MS", "D:MIS"]

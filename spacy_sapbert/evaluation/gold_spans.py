@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from spacy.language import Language
 from spacy.tokens import Doc, Span
@@ -37,6 +37,14 @@ def trimmed(text: str, start: int, end: int) -> Tuple[int, int]:
     """``start:end`` without the blanks a few NCBI annotations include at their edges."""
     segment = text[start:end]
     return start + len(segment) - len(segment.lstrip()), end - len(segment) + len(segment.rstrip())
+
+
+def annotated_mentions(documents: Iterable[Document]) -> Iterator[Tuple[str, int, int, Tuple[str, ...]]]:
+    """Each gold mention as ``(text, start, end, ids)``, its edges trimmed: what
+    ``context.annotated_examples`` turns into prototype examples."""
+    for document in documents:
+        for m in document.mentions:
+            yield (document.text, *trimmed(document.text, m.start, m.end), m.ids)
 
 
 # ---------------------------------------------------------------------------- the spell-check list

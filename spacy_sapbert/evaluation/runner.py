@@ -22,7 +22,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tupl
 
 import numpy as np
 
-from ..context import ContextPrototypes, mention_in_context, self_supervised_examples
+from ..context import ContextPrototypes, annotated_examples, self_supervised_examples
 from ..encoder import SapEncoder, resolve_encoder_path
 from ..fileio import atomic_dir, atomic_open, write_json
 from ..index import VectorIndex
@@ -33,7 +33,7 @@ from ..records import ConceptRecord
 from ..search import META_FILE, LinkingKB
 from . import datasets
 from .baselines import ExactMatchRanker, ScispacyRanker, TfidfRanker
-from .gold_spans import GOLD_SPANS_KEY, find_linker, link_gold_mentions, ranking_of, trimmed
+from .gold_spans import GOLD_SPANS_KEY, annotated_mentions, find_linker, link_gold_mentions, ranking_of
 from .metrics import QueryScores, Ranking, score_queries, summarize
 from .preprocess import Query, load_spelling_fixes, preprocess_documents
 
@@ -214,13 +214,8 @@ def context_prototypes(
     pairs = list(self_supervised_examples(kb, texts.values()))
     sources: Dict[str, object] = {"self_supervised": {"abstracts": len(texts), "examples": len(pairs), "from": read}}
     if examples == "self+train":
-        primary = {alias: cid for cid, xs in concept_aliases(kb).items() for alias in xs}
-        primary.update((cid, cid) for cid in kb.concept_ids)
-        labelled = [
-            (primary[m.ids[0]], mention_in_context(d.text, *trimmed(d.text, m.start, m.end)))
-            for s in seen_splits(split) if s in spec.mention_files
-            for d in datasets.load_split(dataset, s, data_dir) for m in d.mentions if len(m.ids) == 1 and m.ids[0] in primary
-        ]
+        labelled = list(annotated_examples(kb, annotated_mentions(
+            d for s in seen_splits(split) if s in spec.mention_files for d in datasets.load_split(dataset, s, data_dir))))
         pairs += labelled
         sources["annotated"] = {"splits": list(seen_splits(split)), "examples": len(labelled)}
     prototypes = ContextPrototypes.build(pairs, encoder, batch_size=batch_size, sources=sources)
