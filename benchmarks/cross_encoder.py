@@ -131,6 +131,8 @@ def train(model: CrossEncoder, lists: List[Tuple[str, List[str], int]], minutes:
 
 
 def dev_sweep(dataset: str, model: CrossEncoder, encoder: SapEncoder, top: int, weights: Sequence[float]) -> Dict[str, Any]:
+    """Strict/lenient Acc@1 on dev at each weight with the cross-encoder's similarities, and the time its
+    passes took against the prototypes' sentence passes over the same mentions."""
     queries, parts, aliases = linked(dataset, "dev", encoder)
     texts = {d.doc_id: d.text for d in datasets.load_split(dataset, "dev")}
     similarities: Dict[Tuple[str, int, int], List[float]] = {}
@@ -186,8 +188,7 @@ def render(result: Dict[str, Any]) -> str:
             ("cross-encoder", ce["dev"], f"{ce['pairs_read'] / n:.1f} pair passes: {ce['rerank_seconds'] / n * 1000:.1f} ms"),
         ):
             by_weight = {r["weight"]: r for r in dev}
-            cells = [f"{by_weight[w]['strict_acc@1']:.1f} / {by_weight[w]['lenient_acc@1']:.1f}" if w in by_weight else "–"
-                     for w in result["weights"]]
+            cells = [f"{by_weight[w]['strict_acc@1']:.1f} / {by_weight[w]['lenient_acc@1']:.1f}" for w in result["weights"]]
             best = max(dev, key=lambda r: (r["strict_acc@1"], -r["weight"]))
             lines.append(f"| {row['dataset']} | {name} | " + " | ".join(cells) + f" | {best['strict_acc@1']:.1f} (w = {best['weight']}) | {cost} |")
     return "\n".join(lines)
@@ -206,11 +207,12 @@ def main(argv: Sequence[str] | None = None) -> Dict[str, Any]:
         runner.set_threads(args.threads)
         torch.manual_seed(0)
         encoder = SapEncoder.load(resolve_encoder_path(None), precision="fp32")
-        saved = {row["dataset"]: row["dev"] for row in read_json(PROTOTYPES)["rows"]}
+        prototypes = read_json(PROTOTYPES)
+        saved = {row["dataset"]: row["dev"] for row in prototypes["rows"]}
+        weights = prototypes["weights"]  # the prototypes' dev sweep, for the same weights
         lists = [x for dataset in DATASETS for x in training_lists(dataset, encoder, args.top)]
         model = CrossEncoder(resolve_encoder_path(None))
         training = train(model, lists, args.minutes)
-        weights = read_json(PROTOTYPES)["weights"]  # the prototypes' dev weights, for the same sweep
         rows = [{"dataset": d, "prototypes": saved[d], "cross_encoder": dev_sweep(d, model, encoder, args.top, weights)} for d in DATASETS]
         result = {"command": command("benchmarks/cross_encoder.py", argv), "machine": machine_description(), "threads": args.threads,
                   "top": args.top, "weights": weights, "training": training, "rows": rows}
