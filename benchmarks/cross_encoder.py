@@ -30,7 +30,7 @@ import argparse
 import random
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -54,15 +54,27 @@ MAX_LENGTH = 80  # tokens of sentence + name; the sentence is cut, the name kept
 LISTS_PER_STEP = 4
 
 
-def linked(dataset: str, split: str, encoder: SapEncoder) -> Tuple[list, Dict[Tuple[str, int, int], list], Dict[str, List[str]]]:
-    """The split's queries, the linker's parts for each (context off) and the KB's alternative ids."""
+def linked(dataset: str, split: str, encoder: SapEncoder) -> Tuple[list, Dict[Tuple[str, int, int], list], Dict[str, List[str]], Dict[str, str]]:
+    """The split's queries, the linker's parts for each (context off), the KB's alternative ids and the texts."""
     kb = runner.build_dictionary(dataset, "ontology", [], datasets.DEFAULT_DATA_DIR, datasets.DEFAULT_RESOURCES_DIR)
     folder, _ = runner.dictionary_kb_folder(kb, encoder, "corpus/cache", 128, False)
     nlp = runner.gold_span_pipeline(folder, LinkingKB.from_disk(folder), encoder, batch_size=128)
     queries, _ = runner.load_queries(dataset, split)
-    found = link_gold_mentions(nlp, datasets.load_split(dataset, split), runner.load_spelling(dataset), batch_size=128)
+    documents = datasets.load_split(dataset, split)
+    found = link_gold_mentions(nlp, documents, runner.load_spelling(dataset), batch_size=128)
     parts = {key: [(query, [Candidate(*c) for c in cands]) for query, cands in found_parts] for key, found_parts in found.parts.items()}
-    return queries, parts, runner.concept_aliases(kb)
+    return queries, parts, runner.concept_aliases(kb), {d.doc_id: d.text for d in documents}
+
+
+def rerankable(queries: Sequence[Any], parts: Dict[Tuple[str, int, int], list], texts: Dict[str, str], top: int
+               ) -> Iterator[Tuple[Any, str, List[Candidate]]]:
+    """The queries the sentence could reorder, with their sentence and first ``top`` concepts: one
+    searched part whose best candidate is not an exact name of one concept (``contested`` at weight 1
+    counts every candidate then, since scores are cosines)."""
+    for q in queries:
+        found = parts.get((q.doc_id, q.start, q.end)) or []
+        if len(found) == 1 and contested(found[0][1], 1.0) > 1:
+            yield q, mention_in_context(texts[q.doc_id], q.start, q.end), first_concepts(found[0][1], top)
 
 
 def first_concepts(candidates: Sequence[Candidate], top: int) -> List[Candidate]:
@@ -94,17 +106,13 @@ class CrossEncoder(torch.nn.Module):
 
 
 def training_lists(dataset: str, encoder: SapEncoder, top: int) -> List[Tuple[str, List[str], int]]:
-    queries, parts, aliases = linked(dataset, "train", encoder)
-    texts = {d.doc_id: d.text for d in datasets.load_split(dataset, "train")}
+    """(sentence, first concept names, index of the gold one) for each train query the sentence could reorder."""
+    queries, parts, aliases, texts = linked(dataset, "train", encoder)
     out = []
-    for q in queries:
-        found = parts.get((q.doc_id, q.start, q.end)) or []
-        if len(found) != 1 or contested(found[0][1], 1.0) < 2:
-            continue
-        cands = first_concepts(found[0][1], top)
+    for q, sentence, cands in rerankable(queries, parts, texts, top):
         gold = [bool(({c.concept_id} | set(aliases.get(c.concept_id, ()))) & set(q.gold)) for c in cands]
         if any(gold):
-            out.append((mention_in_context(texts[q.doc_id], q.start, q.end), [c.name for c in cands], gold.index(True)))
+            out.append((sentence, [c.name for c in cands], gold.index(True)))
     return out
 
 
@@ -133,20 +141,18 @@ def train(model: CrossEncoder, lists: List[Tuple[str, List[str], int]], minutes:
 def dev_sweep(dataset: str, model: CrossEncoder, encoder: SapEncoder, top: int, weights: Sequence[float]) -> Dict[str, Any]:
     """Strict/lenient Acc@1 on dev at each weight with the cross-encoder's similarities, and the time its
     passes took against the prototypes' sentence passes over the same mentions."""
-    queries, parts, aliases = linked(dataset, "dev", encoder)
-    texts = {d.doc_id: d.text for d in datasets.load_split(dataset, "dev")}
+    queries, parts, aliases, texts = linked(dataset, "dev", encoder)
     similarities: Dict[Tuple[str, int, int], List[float]] = {}
+    sentences = []
     t0 = time.perf_counter()
     with torch.no_grad():
-        for q in queries:
-            found = parts.get((q.doc_id, q.start, q.end)) or []
-            if len(found) == 1 and contested(found[0][1], 1.0) > 1:
-                cands = first_concepts(found[0][1], top)
-                logits = model(mention_in_context(texts[q.doc_id], q.start, q.end), [c.name for c in cands])
-                by_concept = dict(zip((c.concept_id for c in cands), (2 * torch.sigmoid(logits) - 1).tolist()))
-                similarities[q.doc_id, q.start, q.end] = [by_concept.get(c.concept_id) for c in found[0][1]]
+        for q, sentence, cands in rerankable(queries, parts, texts, top):
+            logits = model(sentence, [c.name for c in cands])
+            by_concept = dict(zip((c.concept_id for c in cands), (2 * torch.sigmoid(logits) - 1).tolist()))
+            key = (q.doc_id, q.start, q.end)
+            similarities[key] = [by_concept.get(c.concept_id) for c in parts[key][0][1]]
+            sentences.append(sentence)
     seconds = time.perf_counter() - t0
-    sentences = [mention_in_context(texts[doc], start, end) for doc, start, end in similarities]
     t1 = time.perf_counter()
     context_encoder(encoder).encode(sentences, batch_size=64)  # what the prototypes read of the same mentions
     prototype_seconds = time.perf_counter() - t1
