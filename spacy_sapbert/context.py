@@ -59,6 +59,7 @@ def context_encoder(encoder: SapEncoder) -> SapEncoder:
     view = SapEncoder(encoder.model, encoder.tokenizer, settings, device=str(encoder.device),
                       precision=encoder.precision, source=encoder.source)
     view.pass_rows = encoder.pass_rows
+    view._tokenizer_lock = encoder._tokenizer_lock  # one tokenizer, one lock
     return view
 
 

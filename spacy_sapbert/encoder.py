@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
@@ -176,6 +177,23 @@ def inference_copy(model: torch.nn.Module, precision: str, device: torch.device)
     return model.eval()
 
 
+class PicklableLock:
+    """A ``threading.Lock`` that pickles as a new, unlocked one: the components holding one are
+    pickled into spawned ``nlp.pipe(n_process=...)`` workers, and a lock itself does not pickle."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> bool:
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.__exit__(*exc)
+
+    def __reduce__(self) -> tuple:
+        return (PicklableLock, ())
+
+
 class SapEncoder:
     """Encode names with a BERT-style model: [CLS] or mean pooling, L2-normalised float32."""
 
@@ -201,6 +219,9 @@ class SapEncoder:
         self._fingerprint: Optional[str] = None
         self._inference_model: Optional[torch.nn.Module] = None
         self._inference_key: Optional[Tuple[int, int]] = None
+        # a fast tokenizer sets its padding on each call and refuses a second caller meanwhile
+        # (linkers sharing this encoder, each linking in its own thread: ``overlap``)
+        self._tokenizer_lock = PicklableLock()
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -305,13 +326,14 @@ class SapEncoder:
         the whole string before truncating, so one 10 MB "name" took minutes and gigabytes to
         encode, while all but its first ``max_length`` tokens are dropped anyway.
         """
-        return self.tokenizer(
-            [clip_text(t, self.settings.max_length) for t in texts],
-            padding="max_length" if self.pad_to_max_length else True,
-            truncation=True,
-            max_length=self.settings.max_length,
-            return_tensors="pt",
-        )
+        with self._tokenizer_lock:
+            return self.tokenizer(
+                [clip_text(t, self.settings.max_length) for t in texts],
+                padding="max_length" if self.pad_to_max_length else True,
+                truncation=True,
+                max_length=self.settings.max_length,
+                return_tensors="pt",
+            )
 
     def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """[CLS] or masked mean pooling, then L2 normalisation when configured."""

@@ -12,6 +12,7 @@ config only; ``to_disk``/``to_bytes`` carry the data (KB and encoder), never set
 from __future__ import annotations
 
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -26,7 +27,7 @@ from spacy.util import minibatch, registry
 from .abbreviations import query_expander
 from .composites import split_mention
 from .context import contested, context_encoder, mention_in_context, rerank
-from .encoder import SapEncoder, resolve_encoder_path
+from .encoder import PicklableLock, SapEncoder, resolve_encoder_path
 from .fileio import folder_from_bytes, folder_to_bytes
 from .hpo_kb import default_kb_path
 from .search import Candidate, LinkingKB
@@ -176,6 +177,7 @@ def make_kb_id_scorer() -> Callable[..., Dict[str, Any]]:
         "consistency": 0.0,
         "batch_size": 256,
         "cache_size": 10000,
+        "overlap": True,
         "device": "auto",
         "precision": "auto",
         "scorer": {"@scorers": "spacy_sapbert.kb_id_scorer.v1"},
@@ -203,6 +205,7 @@ def make_sapbert_linker(
     consistency: float,
     batch_size: int,
     cache_size: int,
+    overlap: bool,
     device: str,
     precision: str,
     scorer: Optional[Callable],
@@ -227,7 +230,10 @@ def make_sapbert_linker(
     (``search.store_context_weight``), else 0 (off). ``consistency``: in a document, a mention whose
     query repeats an earlier mention's, or is its last words ("pits" after "preauricular pits"; a
     defined short form is searched as its long form), gets that mention's concept when the earlier
-    top candidate scored at least this, unless its own best match is an exact KB name; 0: off."""
+    top candidate scored at least this, unless its own best match is an exact KB name; 0: off.
+    ``overlap``: in ``nlp.pipe``, link each batch in a background thread while the components before
+    this one process the next batch (the links are the same; it uses a core those components leave
+    idle, e.g. the CNN NER's second one)."""
     return SapBertLinker(
         nlp.vocab,
         name=name,
@@ -249,6 +255,7 @@ def make_sapbert_linker(
         consistency=consistency,
         batch_size=batch_size,
         cache_size=cache_size,
+        overlap=overlap,
         device=device,
         precision=precision,
         scorer=scorer,
@@ -288,6 +295,7 @@ class SapBertLinker(Pipe):
         consistency: float = 0.0,
         batch_size: int = 256,
         cache_size: int = 10000,
+        overlap: bool = True,
         device: str = "auto",
         precision: str = "auto",
         scorer: Optional[Callable] = score_kb_ids,
@@ -327,6 +335,7 @@ class SapBertLinker(Pipe):
         self.consistency = consistency
         self.batch_size = batch_size
         self.cache_size = cache_size
+        self.overlap = overlap
         self.device = device
         self.precision = precision
         self.scorer = scorer
@@ -335,6 +344,9 @@ class SapBertLinker(Pipe):
         self.encoder: Optional[SapEncoder] = None
         self._context_reader: Optional[SapEncoder] = None
         self._cache: "OrderedDict[str, List[Candidate]]" = OrderedDict()
+        # the cache is shared with a span finder that scores its proposals through this linker while
+        # ``overlap`` links the batch before in another thread: one lookup at a time
+        self._lookup_lock = PicklableLock()
         register_span_attribute(cui_attr)
         register_span_attribute(candidates_attr, as_candidates)
         register_span_attribute(parts_attr, as_parts)
@@ -447,16 +459,36 @@ class SapBertLinker(Pipe):
         self._set_annotations(docs, split, self._predict(docs, [ents + others for ents, others in split]))
 
     def pipe(self, stream: Iterable[Doc], batch_size: int = 128) -> Iterator[Doc]:
-        """Link ``stream`` a batch at a time; a batch that raises goes to the error handler
-        (``nlp.set_error_handler``; by default it re-raises). Loading happens first, outside it."""
+        """Link ``stream`` a batch at a time, in order; a batch that raises goes to the error handler
+        (``nlp.set_error_handler``; by default it re-raises). Loading happens first, outside it.
+
+        With ``overlap``, a batch is linked in a background thread while this generator takes the
+        next batch from the components before it, one batch in flight: the NER and the linker then
+        run on two cores at once (torch and the parser release the GIL in their kernels).
+        """
         self._ensure_ready()
-        error_handler = self.get_error_handler()
-        for docs in minibatch(stream, size=batch_size):
-            try:
-                self._link(docs)
-                yield from docs
-            except Exception as e:
-                error_handler(self.name, self, docs, e)
+        if not self.overlap:
+            for docs in minibatch(stream, size=batch_size):
+                yield from self._linked(docs, lambda docs=docs: self._link(docs))
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name) as pool:
+            in_flight: Optional[Tuple[List[Doc], Future]] = None
+            for docs in minibatch(stream, size=batch_size):
+                submitted = (docs, pool.submit(self._link, docs))
+                if in_flight is not None:
+                    yield from self._linked(in_flight[0], in_flight[1].result)
+                in_flight = submitted
+            if in_flight is not None:
+                yield from self._linked(in_flight[0], in_flight[1].result)
+
+    def _linked(self, docs: List[Doc], link: Callable[[], Any]) -> List[Doc]:
+        """``docs`` once ``link()`` has linked them; none when it raised and the error handler did not."""
+        try:
+            link()
+        except Exception as e:
+            self.get_error_handler()(self.name, self, docs, e)
+            return []
+        return docs
 
     def predict(self, docs: Sequence[Doc]) -> List[List[List[Tuple[str, List[Candidate]]]]]:
         """Per doc, per span: the linked parts ``(query, candidates)``; each distinct query is encoded once.
@@ -579,6 +611,10 @@ class SapBertLinker(Pipe):
         """Candidates of normalised queries: cached ones from the LRU cache, the rest encoded in one batch."""
         if not keys:
             return {}
+        with self._lookup_lock:
+            return self._lookup_unlocked(keys)
+
+    def _lookup_unlocked(self, keys: List[str]) -> Dict[str, List[Candidate]]:
         assert self.linking_kb is not None and self.encoder is not None
         missing = [k for k in keys if k not in self._cache]
         for k in keys:

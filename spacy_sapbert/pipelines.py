@@ -119,6 +119,8 @@ def build_pipeline(
         add_negation(nlp, ent_types=list(labels) or None, span_keys=[NESTED_SPANS_KEY] if nested else None)
     for name, (kb_path, linked_labels) in (kbs or {LINKER: (str(kb), list(labels))}).items():
         config = {"kb": kb_path, "encoder": None if encoder is None else str(encoder), "labels": linked_labels}
+        if detector.endswith("span_finder"):
+            config["overlap"] = False  # the span finder looks its proposals up through the linker: they take turns on its cache
         if nested is not None:
             config["spans_key"] = NESTED_SPANS_KEY
         config.update(linker_config or {})

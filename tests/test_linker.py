@@ -5,9 +5,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 import spacy
+from spacy.language import Language
 from spacy.tokens import Span
 
 from spacy_sapbert.records import ConceptRecord as R
@@ -244,22 +246,76 @@ def test_saved_pipeline_follows_its_config_not_saved_settings(kb_path, tiny_bert
     assert ent._.cui is None and len(ent._.cui_candidates) == 1
 
 
-def test_linker_is_a_pipe_and_error_handlers_apply(kb_path, tiny_bert_path):
+@pytest.mark.parametrize("overlap", [True, False])
+def test_linker_is_a_pipe_and_error_handlers_apply(kb_path, tiny_bert_path, overlap):
     from spacy.pipeline import Pipe
 
-    nlp = make_nlp(kb_path, tiny_bert_path)
+    nlp = make_nlp(kb_path, tiny_bert_path, overlap=overlap)
     linker = nlp.get_pipe("sapbert_linker")
     assert isinstance(linker, Pipe)
 
     def broken(docs, spans):
         raise RuntimeError("boom")
 
+    predict = linker._predict
     linker._predict = broken  # what predict and the component's own pass both run
     seen = []
     nlp.set_error_handler(lambda name, proc, docs, e: seen.append((name, len(docs), str(e))))
     assert list(nlp.pipe(["Seizure", "fever"], batch_size=2)) == []  # the failing batch is dropped
     nlp("fever")
     assert seen == [("sapbert_linker", 2, "boom"), ("sapbert_linker", 1, "boom")]
+
+    # a failing batch (with overlap, in the background thread) is dropped alone; the others are linked, in order
+    def fails_on_fever(docs, spans):
+        if docs[0].text == "fever":
+            raise RuntimeError("boom")
+        return predict(docs, spans)
+
+    linker._predict = fails_on_fever
+    seen.clear()
+    assert [d.text for d in nlp.pipe(["Seizure", "asthma", "fever", "MS", "Headache"], batch_size=2)] == ["Seizure", "asthma", "Headache"]
+    assert seen == [("sapbert_linker", 2, "boom")]
+
+
+class _BatchMarker:
+    """A component that notes each doc it makes and signals when the third (batch 2's first, in batches of 2) goes by."""
+
+    def __init__(self) -> None:
+        self.made = 0
+        self.second_batch = threading.Event()
+
+    def __call__(self, doc):
+        self.made += 1
+        if self.made == 3:
+            self.second_batch.set()
+        return doc
+
+
+@Language.factory("overlap_test_marker")
+def _batch_marker(nlp, name):
+    return _BatchMarker()
+
+
+def test_overlap_links_a_batch_while_the_components_before_make_the_next(kb_path, tiny_bert_path):
+    """``overlap`` (on by default): batch 1 is linked in another thread while the components before the
+    linker make batch 2; linking in turn, batch 1 waits for batch 2 in vain. Links and order are those
+    of linking in turn."""
+    texts = ["Convulsion.", "Pyrexia.", "Fever and seizure.", "Bronchial asthma.", "MS suspected."] * 3
+    in_turn = [annotations(d) for d in make_nlp(kb_path, tiny_bert_path, overlap=False).pipe(texts, batch_size=2)]
+    for overlap in (True, False):
+        nlp = make_nlp(kb_path, tiny_bert_path, **({} if overlap else {"overlap": False}))
+        marker = nlp.add_pipe("overlap_test_marker", before="sapbert_linker")
+        linker = nlp.get_pipe("sapbert_linker")
+        link, waited = linker._link, []
+
+        def first_waits_for_the_second(docs, link=link, waited=waited, marker=marker):
+            if not waited:
+                waited.append(marker.second_batch.wait(timeout=5))
+            link(docs)
+
+        linker._link = first_waits_for_the_second
+        assert [annotations(d) for d in nlp.pipe(texts, batch_size=2)] == in_turn
+        assert waited == [overlap]
 
 
 def test_nlp_evaluate_reports_kb_id_precision_recall_f(kb_path, tiny_bert_path):

@@ -199,6 +199,28 @@ def test_overlaps_resolved_longest_first_or_all_kept_in_a_span_group(kb_path, ti
         finder_nlp(kb_path, tiny_bert_path, resolve="all")
 
 
+def test_a_linker_in_its_own_thread_shares_the_span_finders_cache_safely(kb_path, tiny_bert_path):
+    """The span finder scores proposals through the linker's cache. ``build_pipeline`` has the linker
+    link in turn (``overlap`` off: the two would take turns); turned on, the linker links batch i in
+    its thread while the span finder looks up batch i + 1 in the same (tiny, evicting) cache, and the
+    annotations are the same. Fixed encoder passes, as ``annotate`` runs them: which strings are
+    encoded together then changes no vector."""
+    from spacy_sapbert.shards import prepare_pipeline
+
+    texts = ["Two tumours and breast cancer.", "Anemia, then ovarian cancer.", "Carcinoma of the breast."] * 6
+
+    def run(**linker):
+        nlp = build_pipeline(kb_path, "span_finder", encoder=tiny_bert_path, label="DISEASE", linker_config={**FP32, **linker},
+                             span_finder_config={"threshold": 0.0, "partial_threshold": 0.0, "max_generic_share": 1.0})
+        assert nlp.get_pipe("sapbert_linker").overlap is bool(linker.get("overlap"))
+        prepare_pipeline(nlp, max_chars=1000)
+        return [[(e.text, e.kb_id_, e._.cui_candidates) for e in d.ents] for d in nlp.pipe(texts, batch_size=2)]
+
+    in_turn = run(cache_size=3)
+    assert sum(map(len, in_turn)) == 30
+    assert run(cache_size=3, overlap=True) == in_turn
+
+
 def test_keeps_entities_an_earlier_detector_set(kb_path, tiny_bert_path):
     nlp = finder_nlp(kb_path, tiny_bert_path)
     ruler = nlp.add_pipe("entity_ruler", first=True)
