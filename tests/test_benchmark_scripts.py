@@ -367,3 +367,30 @@ def test_ner_errors_sorts_a_missed_chemical_into_the_first_kind_that_applies(mon
     block = ner_errors.render({"command": "python benchmarks/ner_errors.py", "machine": {"cpu": "cpu"}, "split": "dev",
                                "file": "bc5cdr/dev", "runs": {"ner": run}})
     assert "| `ner` | 3 | 50.0 | 33.3 | 2 | 0 | 0 | 0 | 2 | 0 | 0 |" in block and '- short form: "STZ" ×2' in block
+
+
+def test_linker_overlap_times_the_ner_alone_and_the_linkers_in_turn_and_overlapped(monkeypatch, kb_folder, tiny_bert_path):
+    import spacy
+
+    from spacy_sapbert.records import ConceptRecord
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    overlap = _load("linker_overlap")
+    kb = kb_folder([ConceptRecord("HP:1", "Seizure", ["Convulsion"]), ConceptRecord("HP:2", "Fever", ["Pyrexia"])])
+    nlp = spacy.blank("en")
+    nlp.add_pipe("entity_ruler", name="ner").add_patterns([{"label": "PHEN", "pattern": p} for p in ("Convulsion", "Pyrexia")])
+    nlp.add_pipe("sapbert_linker", config={"kb": str(kb), "encoder": str(tiny_bert_path), "precision": "fp32"})
+    texts = ["Convulsion.", "Pyrexia and Convulsion."] * 3
+    runs = {v: overlap.run_variant(nlp, texts, v) for v in overlap.VARIANTS}
+    assert nlp.get_pipe("sapbert_linker").overlap is True  # the last variant run
+    assert runs["NER alone"]["links"][1] == [(0, 7, "PHEN", ""), (12, 22, "PHEN", "")]  # found, not linked
+    assert runs["linkers in turn"]["links"] == runs["linkers overlapped"]["links"]
+    assert runs["linkers in turn"]["links"][1] == [(0, 7, "PHEN", "HP:2"), (12, 22, "PHEN", "HP:1")]
+    rates = {"NER alone": 100.0, "linkers in turn": 70.0, "linkers overlapped": 85.0}
+    result = {"command": "c", "machine": {"cpu": "m", "nproc": 2}, "threads": 2, "texts": 6, "repeats": 1, "load_average": {"before": [0], "after": [0]},
+              "runs": [{"pipeline": "ner", "overlap_by_default": [True], "abstracts_per_s": rates, "same_links": True},
+                       {"pipeline": "hpo", "overlap_by_default": [False], "abstracts_per_s": {k: v for k, v in rates.items() if k != "NER alone"},
+                        "same_links": True}]}
+    table = overlap.render(result)
+    assert "| ner | on | 100.0 | 70.0 | 85.0 | 0.70 | 0.85 | yes |" in table
+    assert "| hpo | off | – | 70.0 | 85.0 | – | – | yes |" in table
