@@ -233,7 +233,8 @@ def make_sapbert_linker(
     top candidate scored at least this, unless its own best match is an exact KB name; 0: off.
     ``overlap``: in ``nlp.pipe``, link each batch in a background thread while the components before
     this one process the next batch (the links are the same; it uses a core those components leave
-    idle, e.g. the CNN NER's second one)."""
+    idle, e.g. the CNN NER's second one). ``build_pipeline`` turns it off behind a span finder, which
+    looks its proposals up through the linker."""
     return SapBertLinker(
         nlp.vocab,
         name=name,
@@ -463,8 +464,8 @@ class SapBertLinker(Pipe):
         (``nlp.set_error_handler``; by default it re-raises). Loading happens first, outside it.
 
         With ``overlap``, a batch is linked in a background thread while this generator takes the
-        next batch from the components before it, one batch in flight: the NER and the linker then
-        run on two cores at once (torch and the parser release the GIL in their kernels).
+        next batch from the components before it, one batch in flight: a CNN NER and the linker then
+        run on two cores at once, as far as the GIL lets them (torch releases it in its kernels).
         """
         self._ensure_ready()
         if not self.overlap:
