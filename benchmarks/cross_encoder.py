@@ -63,7 +63,7 @@ def linked(dataset: str, split: str, encoder: SapEncoder) -> Tuple[list, Dict[Tu
     documents = datasets.load_split(dataset, split)
     found = link_gold_mentions(nlp, documents, runner.load_spelling(dataset), batch_size=128)
     parts = {key: [(query, [Candidate(*c) for c in cands]) for query, cands in found_parts] for key, found_parts in found.parts.items()}
-    return queries, parts, runner.concept_aliases(kb), {d.doc_id: d.text for d in documents}
+    return queries, parts, kb.concept_aliases(), {d.doc_id: d.text for d in documents}
 
 
 def rerankable(queries: Sequence[Any], parts: Dict[Tuple[str, int, int], list], texts: Dict[str, str], top: int

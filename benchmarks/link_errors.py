@@ -65,11 +65,12 @@ def error_kind(text: str, gold_in_kb: bool, top: Sequence[Any], gold_rank: Optio
 
 
 def analyse(dataset: str, dictionary: str, cache_dir: str = "corpus/cache") -> Dict[str, Any]:
+    from spacy_sapbert.calibration import gold_concepts
     from spacy_sapbert.evaluation import datasets
     from spacy_sapbert.evaluation.end_to_end import prepare_kb
     from spacy_sapbert.evaluation.gold_spans import GOLD_SPANS_KEY, find_linker, link_gold_mentions
     from spacy_sapbert.evaluation.preprocess import select_gold_ids
-    from spacy_sapbert.evaluation.runner import LINKER_TOP_K, concept_aliases, load_spelling
+    from spacy_sapbert.evaluation.runner import LINKER_TOP_K, load_spelling
     from spacy_sapbert.pipelines import build_pipeline
 
     folder, _ = prepare_kb(dataset, dictionary, None, cache_dir, split="dev", progress=False)
@@ -80,8 +81,7 @@ def analyse(dataset: str, dictionary: str, cache_dir: str = "corpus/cache") -> D
     spec = datasets.get_benchmark(dataset)
     docs = datasets.load_split(spec, "dev")
     links = link_gold_mentions(nlp, docs, load_spelling(spec))
-    aliases = concept_aliases(kb)
-    known = set(kb.concept_ids) | {a for xs in aliases.values() for a in xs}
+    known, aliases = gold_concepts(kb)
 
     def is_gold(cid: str, gold: set) -> bool:
         return cid in gold or any(a in gold for a in aliases.get(cid, ()))

@@ -35,7 +35,7 @@ def compare(dataset: str, dictionary: str, encoder: SapEncoder, cache_dir: str) 
     kb = runner.build_dictionary(dataset, dictionary, runner.seen_queries(dataset))
     folder, _ = runner.dictionary_kb_folder(kb, encoder, cache_dir, progress=True)
     linking_kb = LinkingKB.from_disk(folder)
-    aliases = runner.concept_aliases(kb)
+    aliases = kb.concept_aliases()
     golds = [q.gold for q in test]
 
     old_strings = [tuple(kb.normalize(p) for p in q.parts) for q in test]

@@ -173,7 +173,7 @@ def calibrate(outcomes: Sequence[Outcome], dev: str, nil_weight: float = 0.0) ->
 def gold_concepts(kb) -> tuple:
     """The ids a gold annotation may use for the KB's concepts (their ids and alternative ids),
     and each concept's alternative ids."""
-    aliases = {cid: list(x) for cid, x in zip(kb.concept_ids, kb.concept_xrefs) if x}
+    aliases = kb.concept_aliases()
     known = set(kb.concept_ids) | {a for x in aliases.values() for a in x}
     return known, aliases
 

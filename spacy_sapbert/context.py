@@ -96,7 +96,7 @@ def annotated_examples(kb: ConceptKB, mentions: Iterable[Tuple[str, int, int, Se
     exactly one id that names a KB concept (its own id or one of its cross-references); composite and
     unknown ids are left out. KRISSBERT's supervised prototypes: annotations settle the ambiguous
     names that self-supervision never labels."""
-    primary = {alias: cid for cid, xrefs in zip(kb.concept_ids, kb.concept_xrefs) for alias in (xrefs or ())}
+    primary = {alias: cid for cid, aliases in kb.concept_aliases().items() for alias in aliases}
     primary.update((cid, cid) for cid in kb.concept_ids)
     for text, start, end, ids in mentions:
         if len(ids) == 1 and ids[0] in primary:

@@ -208,6 +208,11 @@ class ConceptKB:
     def n_names(self) -> int:
         return len(self.names)
 
+    def concept_aliases(self) -> Dict[str, List[str]]:
+        """Alternative ids that identify a concept (its cross-references, e.g. MEDIC's ``ID|altID``
+        lines): a gold annotation may use them for it, as BioSyn's ``check_label`` accepts them."""
+        return {cid: list(x) for cid, x in zip(self.concept_ids, self.concept_xrefs) if x}
+
     def concepts_of_name(self, name_row: int) -> np.ndarray:
         """Concept rows of one name row, the likeliest first: the highest ``concept_priors``, then
         the concepts whose preferred name it is, then the best-described concept (the most names),

@@ -408,7 +408,7 @@ def evaluate_end_to_end(
     from ..pipelines import DETECTORS as PIPELINE_DETECTORS
     from ..pipelines import SHIPPED_NERS, build_pipeline, ner_detector
     from .gold_spans import find_linker
-    from .runner import DICTIONARIES, concept_aliases, set_threads
+    from .runner import DICTIONARIES, set_threads
 
     if detector not in PIPELINE_DETECTORS or detector == "gold":
         raise ValueError(f"detector must be one of {[d for d in PIPELINE_DETECTORS if d != 'gold']}, got {detector!r}")
@@ -460,7 +460,7 @@ def evaluate_end_to_end(
     docs = list(nlp.pipe([d.text for d in documents], batch_size=batch_size))
     pipe_s = time.perf_counter() - t2
 
-    aliases = concept_aliases(linker.linking_kb.kb)
+    aliases = linker.linking_kb.kb.concept_aliases()
 
     def counts_at(threshold: Optional[float]) -> Counts:
         linker.threshold = threshold

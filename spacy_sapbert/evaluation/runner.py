@@ -119,12 +119,6 @@ def build_dictionary(
     return ConceptKB.from_records(records + mentions, on_duplicate="merge", strip_punctuation=True, priors=priors)
 
 
-def concept_aliases(kb: ConceptKB) -> Dict[str, List[str]]:
-    """Alternative ids that identify a concept (MEDIC's ``ID|altID`` lines), as BioSyn's
-    dictionary lists them with the concept and its ``check_label`` accepts them."""
-    return {cid: list(x) for cid, x in zip(kb.concept_ids, kb.concept_xrefs) if x}
-
-
 def names_hash(names: Sequence[str]) -> str:
     h = hashlib.sha256()
     for name in names:
@@ -422,7 +416,7 @@ def evaluate(
                 system_info["scispacy"] = ranker.info  # the worker's memory is its own: worker_peak_rss_mb
             rankings, searched = _rankings(test, rows, kb), len(strings)
 
-    aliases = concept_aliases(kb)
+    aliases = kb.concept_aliases()
     scores = score_queries([q.gold for q in test], rankings, aliases)
     if system == "encoder":  # what the pipeline cannot do itself, and what it is worth
         fixes = load_spelling(dataset, data_dir) if spelling else None
