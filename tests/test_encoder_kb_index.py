@@ -129,6 +129,21 @@ def test_auto_precision_is_bf16_only_where_it_is_faster(tiny_bert_path, monkeypa
         resolve_precision("fp8", cpu)
 
 
+def test_training_auto_precision_is_bf16_on_a_cpu_only_where_it_is_faster(monkeypatch):
+    """The trainer's autocast follows the encoder's rule on the CPU (bf16 only with AMX), and is the
+    authors' fp16 on CUDA; an explicit choice is kept."""
+    cpu = torch.device("cpu")
+    for fast, expected in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(encoder_module, "fast_bf16", lambda device, fast=fast: fast)
+        assert resolve_precision("auto", cpu, training=True) == expected
+        assert resolve_precision("bf16", cpu, training=True) == "bf16"
+    assert resolve_precision("auto", torch.device("cuda"), training=True) == "fp16"
+    with pytest.raises(ValueError, match="fp16 autocast needs CUDA"):
+        resolve_precision("fp16", cpu, training=True)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        resolve_precision("int8", cpu, training=True)
+
+
 def test_bf16_counts_as_faster_on_a_cpu_only_with_amx(monkeypatch):
     """AVX512-BF16 without AMX computes bf16 natively, yet slower than fp32: fp32 stays the choice there."""
     cpu = torch.device("cpu")
