@@ -64,24 +64,52 @@ def test_linker_on_cuda_links_as_on_the_cpu(kb_folder, tiny_bert_path):
             np.testing.assert_allclose([c[2] for c in ent_gpu[4]], [c[2] for c in ent_cpu[4]], atol=1e-4)
 
 
-def test_tagger_trains_on_cuda_and_tags_as_on_the_cpu(ner_corpora, tiny_bert_path, tmp_path):
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def cuda_tagger(ner_corpora, tiny_bert_path, tmp_path_factory):
+    """A tiny tagger trained on CUDA (bf16 where supported): its ``model-best`` folder and the training result."""
+    out = tmp_path_factory.mktemp("tagger") / "run"
     result = train_tagger(out, data_dir=ner_corpora, encoder=str(tiny_bert_path), epochs=2, max_minutes=5, batch_tokens=256,
                           max_length=32, overlap=8, precision="auto", device="cuda")
+    return out / "model-best", result
+
+
+def load_tagger(folder, device: str):
+    # a tiny model tags little: a negative outside bias makes it propose entities to compare
+    settings = {"device": device, "precision": "fp32", "outside_bias": -2.0}
+    return spacy.load(folder, config={"components": {"sapbert_ner": settings}})
+
+
+TAGGED = "Tamoxifen caused renal failure and anemia in patients given lidocaine."
+
+
+def test_tagger_trains_on_cuda_and_tags_as_on_the_cpu(cuda_tagger):
+    folder, result = cuda_tagger
     assert result["steps"] > 0
-
-    def load(device: str):
-        # a tiny model tags little: a negative outside bias makes it propose entities to compare
-        settings = {"device": device, "precision": "fp32", "outside_bias": -2.0}
-        return spacy.load(out / "model-best", config={"components": {"sapbert_ner": settings}})
-
-    gpu, cpu = load("cuda"), load("cpu")
+    gpu, cpu = load_tagger(folder, "cuda"), load_tagger(folder, "cpu")
     assert gpu.get_pipe("sapbert_ner").device.type == "cuda"
-    text = "Tamoxifen caused renal failure and anemia in patients given lidocaine."
-    docs = [" ".join([text] * 40), text, ""]  # the first one spans many windows
+    docs = [" ".join([TAGGED] * 40), TAGGED, ""]  # the first one spans many windows
 
     def entities(nlp):
         return [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(docs, batch_size=2)]
 
     tagged = entities(gpu)
     assert tagged == entities(cpu) and tagged[0] and tagged[1]
+
+
+def test_linker_overlapping_a_cuda_tagger_links_as_in_turn(cuda_tagger, kb_folder, tiny_bert_path):
+    """``overlap``: the linker encodes batch n on CUDA in its thread while the tagger tags batch n + 1
+    on the same device; the links, their order and scores are those of linking in turn."""
+    kb = kb_folder(RECORDS)
+    texts = [f"{TAGGED} Case {i}: fever and seizure." * (1 + i % 3) for i in range(24)]
+
+    def linked(overlap: bool):
+        nlp = load_tagger(cuda_tagger[0], "cuda")
+        nlp.add_pipe("sapbert_linker", config={"kb": str(kb), "encoder": str(tiny_bert_path), "device": "cuda",
+                                               "precision": "fp32", "overlap": overlap})
+        assert nlp.get_pipe("sapbert_linker").overlap is overlap
+        return [annotations(d) for d in nlp.pipe(texts, batch_size=4)]
+
+    in_turn = linked(False)
+    assert sum(map(len, in_turn)) > len(texts)
+    for _ in range(3):  # a race, if any, need not show the first time
+        assert linked(True) == in_turn
