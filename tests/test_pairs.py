@@ -169,3 +169,45 @@ def test_finetuning_mentions_from_a_pubtator_corpus():
     mentions = list(read_mentions(path, "pubtator"))
     assert len(mentions) == 960
     assert all(ids and all(i.startswith(("MESH:", "OMIM:")) for i in ids) for _, ids in mentions)
+
+
+def test_cli_contexts_writes_mentions_in_context_of_unambiguous_names(tmp_path):
+    """``pairs contexts``: each name of one concept found verbatim in the texts gives its sentence, the
+    mention in brackets (the linker's context rule); the trainer's reader groups them by concept."""
+    from training.data import read_context_file
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("The child had a seizure at night. Today an epileptic seizure again.\n"
+                     "Another seizure was seen. Nothing else happened.\n", encoding="utf8")
+    out = tmp_path / "contexts.jsonl"
+    result = CliRunner().invoke(app, ["contexts", str(FIXTURES / "mini.obo"), str(texts), "-o", str(out), "--format", "obo",
+                                      "--texts-format", "text"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in out.read_text(encoding="utf8").splitlines()]
+    assert {"concept": "HP:0001250", "text": "The child had a [seizure] at night."} in records
+    assert {"concept": "HP:0001250", "text": "Today an [epileptic seizure] again."} in records
+    contexts = read_context_file(out)
+    assert contexts.concepts == ["HP:0001250"] and len(contexts.texts[0]) == 3
+
+    empty = tmp_path / "none.txt"
+    empty.write_text("Nothing to see here.\n", encoding="utf8")
+    result = CliRunner().invoke(app, ["contexts", str(FIXTURES / "mini.obo"), str(empty), "-o", str(tmp_path / "x.jsonl"),
+                                      "--format", "obo", "--texts-format", "text"])
+    assert result.exit_code != 0 and not (tmp_path / "x.jsonl").exists()  # an error, and no empty file
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("not json", "not JSON"),
+    ('{"concept": "C1"}', "two non-empty strings"),
+    ('["C1", "a [b] c"]', "two non-empty strings"),
+])
+def test_read_context_file_names_the_line_of_a_malformed_record(tmp_path, line, problem):
+    from training.data import read_context_file
+
+    path = tmp_path / "contexts.jsonl"
+    path.write_text('{"concept": "C1", "text": "a [b] c"}\n\n' + line + "\n", encoding="utf8")
+    with pytest.raises(InputError, match=f"{path}:3: .*{problem}"):
+        read_context_file(path)
+    path.write_text('{"concept": "C1", "text": "a [b] c"}\n{"concept": "C2", "text": "d [e]"}\n', encoding="utf8")
+    with pytest.raises(InputError, match="no concept has two or more examples"):
+        read_context_file(path)

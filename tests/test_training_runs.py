@@ -217,6 +217,57 @@ def test_run_killed_with_sigkill_resumes_to_the_same_steps_and_weights(setup, tm
     kill_and_resume(setup, tmp_path, settings)
 
 
+def write_contexts(path: Path, names: Dict[str, List[str]], seed: int = 0) -> Path:
+    """Sentences whose mention is one of a concept's names, the rest filler words that every concept shares."""
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf8") as f:
+        for cid, ns in names.items():
+            for n in ns:
+                words = rng.sample(FILLERS, 3)
+                f.write(json.dumps({"concept": cid, "text": f"{words[0]} [{n}] {words[1]} {words[2]}"}) + "\n")
+    return path
+
+
+def context_accuracy(model_path: Path, ontology) -> float:
+    """Held-out names in filler sentences, read as the linker reads a mention's sentence (context_encoder),
+    each matched to the nearest concept prototype (the mean of its training sentences)."""
+    from spacy_sapbert.context import ContextPrototypes, context_encoder
+
+    _, train_names, held_out, _ = ontology
+    encoder = SapEncoder.load(model_path, device="cpu", precision="fp32")
+    examples = [(c, f"disease [{n}] type chronic") for c, ns in train_names.items() for n in ns]
+    prototypes = ContextPrototypes.build(examples, encoder)
+    queries = [(c, f"syndrome [{n}] acute familial") for c, ns in held_out.items() for n in ns]
+    vectors = context_encoder(encoder).encode([q for _, q in queries])
+    best = (vectors @ prototypes.vectors.T).argmax(1)
+    return float(np.mean([prototypes.concept_ids[b] == c for b, (c, _) in zip(best, queries)]))
+
+
+def test_context_examples_train_the_encoder_to_read_sentences(setup, ontology, tmp_path):
+    """``data.contexts``: each step also pulls together the sentences of a few concepts (KRISSBERT-style);
+    held-out names in sentences then find their concept's prototype, far better than with the
+    same run at ``context_weight`` 0. The context loss is logged and falls."""
+    contexts = write_contexts(tmp_path / "contexts.jsonl", ontology[1])
+    settings = overrides(setup, tmp_path / "x", **{"data.epochs": 4, "data.contexts": str(contexts), "data.context_concepts": 8})
+    with_contexts = train(load_config("sapbert", {**settings, "paths.output": str(tmp_path / "ctx")}), progress=False)
+    train(load_config("sapbert", {**settings, "paths.output": str(tmp_path / "off"), "training.context_weight": 0.0}), progress=False)
+    records = [json.loads(x) for x in (tmp_path / "ctx" / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["context_concepts"] == len(ontology[1])
+    logged = [r["context_loss"] for r in records if "context_loss" in r and "event" not in r]
+    assert len(logged) >= 3 and logged[-1] < logged[0]
+    before = context_accuracy(setup["model"], ontology)
+    on, off = context_accuracy(tmp_path / "ctx" / "model", ontology), context_accuracy(tmp_path / "off" / "model", ontology)
+    assert on > max(before, off) + 0.2, (before, off, on)
+    assert with_contexts["steps"] > 0
+
+
+def test_a_run_with_context_examples_killed_with_sigkill_resumes_to_the_same_weights(setup, ontology, tmp_path):
+    contexts = write_contexts(tmp_path / "contexts.jsonl", ontology[1])
+    settings = overrides(setup, tmp_path / "x", **{"data.batch_size": 8, "data.epochs": 1, "training.checkpoint_every": 10,
+                                                   "data.contexts": str(contexts), "data.context_concepts": 4})
+    kill_and_resume(setup, tmp_path, settings)
+
+
 @pytest.mark.gpu
 @needs_cuda
 def test_pretraining_on_cuda_runs_fp16_autocast_and_learns(setup, ontology, tmp_path):

@@ -3,9 +3,14 @@
 A pair file has one ``concept||name1||name2`` line per pair (the authors' format). A
 *batcher* turns the pairs into an epoch's *plan*: a list of arrays of pair indices, one array
 per step. The plan is a plain array, so a checkpoint can store it and resume mid-epoch exactly.
+
+A context file (optional, KRISSBERT-style) has one JSON line ``{"concept": ID, "text": SENTENCE}`` per
+mention in context (``python -m training.pairs contexts``); each step then also pulls together the
+sentences of a few concepts, drawn from the seed and the step alone, so a resumed run draws the same.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple, Union
@@ -72,6 +77,50 @@ def read_pair_file(path: Union[str, Path], lowercase: bool = True) -> PairSet:
     if not triples:
         raise InputError(path, None, "no pairs in the file")
     return make_pair_set(triples, lowercase)
+
+
+@dataclass
+class ContextSet:
+    """Mentions in context, grouped by concept; only concepts with two or more of them (a lone
+    sentence has nothing to be pulled towards)."""
+
+    concepts: List[str]
+    texts: List[List[str]]
+
+    def __len__(self) -> int:
+        return len(self.concepts)
+
+    def batch(self, rng: np.random.Generator, n_concepts: int, per_concept: int) -> Tuple[List[str], torch.Tensor]:
+        """``per_concept`` sentences each of ``n_concepts`` concepts (fewer where there are fewer); the
+        labels are the concepts' rows, the same on every rank."""
+        texts: List[str] = []
+        labels: List[int] = []
+        for row in rng.choice(len(self.concepts), size=min(n_concepts, len(self.concepts)), replace=False):
+            pool = self.texts[row]
+            for j in rng.choice(len(pool), size=min(per_concept, len(pool)), replace=False):
+                texts.append(pool[j])
+                labels.append(int(row))
+        return texts, torch.tensor(labels, dtype=torch.int64)
+
+
+def read_context_file(path: Union[str, Path]) -> ContextSet:
+    """Read ``{"concept": ID, "text": SENTENCE}`` lines; blank lines are skipped, malformed ones are errors."""
+    by_concept: Dict[str, List[str]] = {}
+    with open(path, encoding="utf8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(path, lineno, f"not JSON ({e.msg})") from None
+            if not isinstance(record, dict) or not all(isinstance(record.get(k), str) and record[k].strip() for k in ("concept", "text")):
+                raise InputError(path, lineno, 'expected {"concept": ID, "text": SENTENCE} with two non-empty strings')
+            by_concept.setdefault(record["concept"], []).append(record["text"])
+    kept = {c: t for c, t in by_concept.items() if len(t) >= 2}
+    if not kept:
+        raise InputError(path, None, "no concept has two or more examples")
+    return ContextSet(list(kept), list(kept.values()))
 
 
 def cut_into_batches(order: np.ndarray, batch_size: int, min_batch: int = 1) -> Plan:

@@ -8,6 +8,12 @@ concept keeps the same pairs whatever the file order. Output is the authors'
 
     python -m training.pairs pretrain corpus/open_bundle.concepts.jsonl corpus/open_bundle.pairs.txt
     python -m training.pairs finetune train.concept assets/medic.txt corpus/ncbi.finetune.pairs.txt --dictionary-format medic
+
+Context examples (KRISSBERT-style self-supervision, the trainer's optional ``data.contexts``): wherever
+a name of exactly one concept appears verbatim in unlabelled text, the sentence around it, the mention
+in brackets, is an example of that concept; the same rule and sentence as the linker's context prototypes.
+
+    python -m training.pairs contexts corpus/open_bundle.concepts.jsonl TRAIN.PubTator.txt ... -o corpus/contexts.jsonl
 """
 from __future__ import annotations
 
@@ -239,6 +245,47 @@ def finetune_command(
     pairs = finetuning_pairs(read_mentions(mentions, mentions_format), read_concepts(dictionary, dictionary_format), stats=stats)
     write_pairs(pairs, output)
     _finish(stats, started, output, stats_path)
+
+
+@app.command("contexts")
+def contexts_command(
+    source: Path = typer.Argument(..., exists=True, help="Concept table (or any ontology file read_concepts reads)"),
+    texts: List[Path] = typer.Argument(..., exists=True, help="Unlabelled text in any annotate input format (PubTator's annotations are not read)"),
+    output: Path = typer.Option(..., "--output", "-o", help='JSONL to write: {"concept": ID, "text": SENTENCE} lines'),
+    fmt: str = typer.Option("jsonl", "--format", help="obo, umls, mesh-xml, mesh-tsv, medic, medic-tsv, tsv, jsonl, indra-json"),
+    texts_format: str = typer.Option("auto", help="Format of the texts: auto or one of annotate's input formats"),
+    max_per_concept: int = typer.Option(20, help="Examples kept per concept"),
+) -> None:
+    """Mentions in context for the trainer's data.contexts: each unambiguous name found verbatim in the texts."""
+    import json
+
+    from tqdm import tqdm
+
+    from spacy_sapbert.context import self_supervised_examples
+    from spacy_sapbert.documents import iter_documents
+    from spacy_sapbert.kb import ConceptKB
+    from spacy_sapbert.ontologies import read_concepts
+
+    started = time.perf_counter()
+    kb = ConceptKB.from_records(read_concepts(source, fmt), on_duplicate="merge", strip_punctuation=True)
+
+    def documents() -> Iterator[str]:
+        for path in texts:
+            for d in tqdm(iter_documents(path, texts_format), desc=path.name, unit="doc", leave=False):
+                if d.error is not None:
+                    raise d.error  # names the file and line
+                if d.text:
+                    yield d.text
+
+    examples, concepts = 0, set()
+    with atomic_open(output, "w") as f:
+        for concept, text in self_supervised_examples(kb, documents(), max_per_concept):
+            f.write(json.dumps({"concept": concept, "text": text}, ensure_ascii=False) + "\n")
+            examples += 1
+            concepts.add(concept)
+        if not examples:  # raised inside: no empty file is left behind
+            raise InputError(output, None, f"no name of one concept of {source} appears in the texts")
+    typer.echo(f"{output}: {examples:,} examples of {len(concepts):,} concepts ({time.perf_counter() - started:.1f} s)", err=True)
 
 
 if __name__ == "__main__":

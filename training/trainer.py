@@ -22,13 +22,23 @@ import numpy as np
 import torch
 from confection import Config
 
+from spacy_sapbert.context import context_encoder
 from spacy_sapbert.encoder import TRAINING_PRECISIONS, SapEncoder, resolve_precision, select_device
 from spacy_sapbert.fileio import read_json, write_json
 from spacy_sapbert.machine import peak_rss_mb
 
 from . import checkpoint as ckpt
 from .adapter import LoraAdapter, count_parameters, merged_copy
-from .data import PairSet, cut_into_batches, plan_from_arrays, plan_to_arrays, read_pair_file, shard
+from .data import (
+    ContextSet,
+    PairSet,
+    cut_into_batches,
+    plan_from_arrays,
+    plan_to_arrays,
+    read_context_file,
+    read_pair_file,
+    shard,
+)
 from .distributed import (
     any_rank,
     barrier,
@@ -66,12 +76,15 @@ class TrainSettings:
     checkpoint_every: int = 0
     keep_checkpoints: int = 2
     snapshot_every_minutes: float = 0.0
+    context_weight: float = 1.0
 
     def validate(self) -> "TrainSettings":
         if self.precision not in TRAINING_PRECISIONS:
             raise ValueError(f"training.precision must be one of {TRAINING_PRECISIONS}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"training.schedule must be one of {SCHEDULES}")
+        if self.context_weight < 0:
+            raise ValueError(f"training.context_weight must be >= 0, got {self.context_weight}")
         return self
 
 
@@ -85,6 +98,14 @@ class DataSettings:
     epochs: int = 1
     max_steps: int = 0
     lowercase: bool = True
+    contexts: Optional[str] = None
+    context_concepts: int = 16
+    context_per_concept: int = 2
+
+    def validate(self) -> "DataSettings":
+        if self.contexts is not None and min(self.context_concepts, self.context_per_concept) < 1:
+            raise ValueError("data.context_concepts and data.context_per_concept must be at least 1")
+        return self
 
 
 @dataclass
@@ -195,7 +216,7 @@ class Trainer:
         # no [training.adapter] block (configs written before it existed) = no adapter
         self.adapter: Optional[LoraAdapter] = training.pop("adapter", None)
         self.settings = TrainSettings(**training).validate()
-        self.data = DataSettings(**resolved["data"])
+        self.data = DataSettings(**resolved["data"]).validate()
         self.paths = RunPaths(Path(resolved["paths"]["output"]))
         self.progress = progress and self.info.is_main
         self.resume = resume
@@ -209,6 +230,9 @@ class Trainer:
             plain_bert=False,  # training (adapters, save_pretrained of the result) wants transformers' model
         )
         self.pairs: PairSet = read_pair_file(self.data.pairs, lowercase=self.data.lowercase)
+        self.contexts: Optional[ContextSet] = read_context_file(self.data.contexts) if self.data.contexts else None
+        if self.contexts is not None and self.info.enabled:
+            raise ValueError("data.contexts trains on one process: DDP would see two forward passes per step")
 
         model = self.encoder.model
         if self.adapter is not None:
@@ -220,6 +244,8 @@ class Trainer:
         self.trainable = freeze_lower_layers(model, self.settings.freeze_layers, self.settings.freeze_embeddings)
         self.total_params = count_parameters(model)[1]
         self.model = wrap_model(model, self.info, self.device)
+        # sentences read as the linker reads a mention's context (mean pooling, longer inputs), same weights
+        self.context_reader = context_encoder(self.encoder) if self.contexts is not None else None
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=self.settings.lr, weight_decay=self.settings.weight_decay
         )
@@ -357,6 +383,9 @@ class Trainer:
             embeddings = self.encoder.forward(tokens, model=self.model)
         # mining and the loss in float32, outside autocast: similarities near the margin matter
         loss, n_mined = compute_loss(self.loss_fn, self.miner, embeddings.float(), labels.to(self.device))
+        context_loss = self._context_loss()
+        if context_loss is not None:
+            loss = loss + self.settings.context_weight * context_loss
         if not bool(torch.isfinite(loss.detach())):
             self._stop_on_non_finite(float(loss.detach()))
         self.optimizer.zero_grad(set_to_none=True)
@@ -368,7 +397,22 @@ class Trainer:
         self.scaler.update()
         self.scheduler.step()
         # the distributed loss wrapper scales by the world size to undo DDP's gradient averaging
-        return {"loss": float(loss.detach()) / self.info.world_size, "mined": n_mined, "pairs": len(batch)}
+        out = {"loss": float(loss.detach()) / self.info.world_size, "mined": n_mined, "pairs": len(batch)}
+        if context_loss is not None:
+            out["context_loss"] = float(context_loss.detach())
+        return out
+
+    def _context_loss(self) -> Optional[torch.Tensor]:
+        """KRISSBERT-style: the same loss over sentences that mention a few concepts (drawn from the
+        seed and the step, so a resumed run draws the same), each concept's sentences the positives."""
+        if self.contexts is None or self.context_reader is None:
+            return None
+        rng = np.random.default_rng([self.seed, self.step])
+        texts, labels = self.contexts.batch(rng, self.data.context_concepts, self.data.context_per_concept)
+        with autocast_context(self.precision, self.device):
+            embeddings = self.context_reader.forward(self.context_reader.tokenize(texts), model=self.model)
+        loss, _ = compute_loss(self.loss_fn, None, embeddings.float(), labels.to(self.device))
+        return loss
 
     def _stop_on_non_finite(self, loss: float) -> None:
         """Raise before the step changes any weight: one NaN step makes every later step NaN and
@@ -407,6 +451,7 @@ class Trainer:
         if log and not resumed_from:
             log.write({"event": "start", "step": 0, "total_steps": self.total_steps, "pairs": len(self.pairs),
                        "concepts": len(self.pairs.concepts), **self.parameter_record(),
+                       **({"context_concepts": len(self.contexts)} if self.contexts is not None else {}),
                        "precision": self.precision, "device": str(self.device), "world_size": self.info.world_size,
                        "threads": torch.get_num_threads()})
         bar = None
@@ -440,6 +485,7 @@ class Trainer:
                 t_last = now
                 for key in ("loss", "pairs", "mined"):
                     window[key] += out[key]
+                window["context_loss"] = window.get("context_loss", 0.0) + out.get("context_loss", 0.0)
                 window["steps"] += 1
                 if bar is not None:
                     rate = window["pairs"] / max(1e-9, now - window["t0"])
@@ -484,6 +530,7 @@ class Trainer:
             "lr": self.scheduler.get_last_lr()[0],
             "elapsed_s": round(self.elapsed, 3),
             "pairs_seen": self.pairs_seen,
+            **({"context_loss": window.get("context_loss", 0.0) / steps} if self.contexts is not None else {}),
         }
 
     def output_encoder(self) -> SapEncoder:
