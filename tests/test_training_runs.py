@@ -258,7 +258,7 @@ def test_context_examples_train_the_encoder_to_read_sentences(setup, ontology, t
     before = context_accuracy(setup["model"], ontology)
     on, off = context_accuracy(tmp_path / "ctx" / "model", ontology), context_accuracy(tmp_path / "off" / "model", ontology)
     assert on > max(before, off) + 0.2, (before, off, on)
-    assert with_contexts["steps"] > 0
+    assert with_contexts["contexts"] == str(contexts) and with_contexts["context_concepts"] == len(ontology[1])
 
 
 def test_a_run_with_context_examples_killed_with_sigkill_resumes_to_the_same_weights(setup, ontology, tmp_path):

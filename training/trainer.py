@@ -570,6 +570,7 @@ class Trainer:
             **self.parameter_record(),
             "encoder_fingerprint": output.fingerprint,
             **peak_memory_mb(self.device),
+            **({"contexts": self.data.contexts, "context_concepts": len(self.contexts)} if self.contexts is not None else {}),
         }
         if self.settings.snapshot_every_minutes > 0:
             self._snapshot(log, output)
