@@ -194,20 +194,3 @@ def test_cli_contexts_writes_mentions_in_context_of_unambiguous_names(tmp_path):
     result = CliRunner().invoke(app, ["contexts", str(FIXTURES / "mini.obo"), str(empty), "-o", str(tmp_path / "x.jsonl"),
                                       "--format", "obo", "--texts-format", "text"])
     assert result.exit_code != 0 and not (tmp_path / "x.jsonl").exists()  # an error, and no empty file
-
-
-@pytest.mark.parametrize("line, problem", [
-    ("not json", "not JSON"),
-    ('{"concept": "C1"}', "two non-empty strings"),
-    ('["C1", "a [b] c"]', "two non-empty strings"),
-])
-def test_read_context_file_names_the_line_of_a_malformed_record(tmp_path, line, problem):
-    from training.data import read_context_file
-
-    path = tmp_path / "contexts.jsonl"
-    path.write_text('{"concept": "C1", "text": "a [b] c"}\n\n' + line + "\n", encoding="utf8")
-    with pytest.raises(InputError, match=f"{path}:3: .*{problem}"):
-        read_context_file(path)
-    path.write_text('{"concept": "C1", "text": "a [b] c"}\n{"concept": "C2", "text": "d [e]"}\n', encoding="utf8")
-    with pytest.raises(InputError, match="no concept has two or more examples"):
-        read_context_file(path)

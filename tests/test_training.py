@@ -16,6 +16,7 @@ from training.data import (
     make_pair_set,
     plan_from_arrays,
     plan_to_arrays,
+    read_context_file,
     read_pair_file,
     shard,
 )
@@ -210,3 +211,18 @@ def test_loss_plot_is_written(tmp_path):
     assert png.read_bytes()[:4] == b"\x89PNG"
     png = plot_accuracy({"ncbi": [{"minutes": 0, "lenient_acc@1": 50.0}, {"minutes": 10, "lenient_acc@1": 60.0}]}, tmp_path / "acc.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("not json", "not JSON"),
+    ('{"concept": "C1"}', "two non-empty strings"),
+    ('["C1", "a [b] c"]', "two non-empty strings"),
+])
+def test_read_context_file_names_the_line_of_a_malformed_record(tmp_path, line, problem):
+    path = tmp_path / "contexts.jsonl"
+    path.write_text('{"concept": "C1", "text": "a [b] c"}\n\n' + line + "\n", encoding="utf8")
+    with pytest.raises(InputError, match=f"{path}:3: .*{problem}"):
+        read_context_file(path)
+    path.write_text('{"concept": "C1", "text": "a [b] c"}\n{"concept": "C2", "text": "d [e]"}\n', encoding="utf8")
+    with pytest.raises(InputError, match="no concept has two or more examples"):
+        read_context_file(path)
