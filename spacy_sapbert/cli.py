@@ -305,7 +305,7 @@ def build_context(
     import spacy
 
     from .context import ContextPrototypes, annotated_examples, self_supervised_examples
-    from .documents import iter_documents
+    from .documents import unlabelled_texts
     from .evaluation.gold_spans import annotated_mentions
     from .search import store_context
 
@@ -315,15 +315,7 @@ def build_context(
     linker.initialize()  # the KB and the encoder it was built with (or --encoder), checked together
     concepts = linker.linking_kb.kb
 
-    def documents():
-        for path in texts or ():
-            for d in iter_documents(path, input_format):
-                if d.error is not None:
-                    raise d.error  # names the file and line
-                if d.text:
-                    yield d.text
-
-    examples = list(self_supervised_examples(concepts, documents(), max_per_concept))
+    examples = list(self_supervised_examples(concepts, unlabelled_texts(texts or (), input_format), max_per_concept))
     sources: Dict[str, Any] = {}
     if texts:
         sources["self_supervised"] = {"texts": [str(p) for p in texts], "examples": len(examples), "max_per_concept": max_per_concept}

@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Dict, Iterator, List, Optional, Tuple
+from typing import IO, Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .fileio import PathLike
 from .records import InputError
@@ -115,6 +115,17 @@ def iter_documents(path: PathLike, fmt: str = "auto") -> Iterator[InputDocument]
         return _read_bioc(path)
     return _read_lines(path, fmt)
 
+
+
+def unlabelled_texts(paths: Iterable[PathLike], fmt: str = "auto") -> Iterator[str]:
+    """The non-empty texts of the documents in ``paths`` (annotations, if any, unread); an unreadable
+    document raises its error, which names the file and line. Context examples read text this way."""
+    for path in paths:
+        for d in iter_documents(path, fmt):
+            if d.error is not None:
+                raise d.error
+            if d.text:
+                yield d.text
 
 def read_documents(path: PathLike, fmt: str = "auto") -> Iterator[Tuple[str, Dict[str, Any]]]:
     """``(text, context)`` per document of a ``link --input`` file; ``context`` has its 1-based

@@ -262,24 +262,17 @@ def contexts_command(
     from tqdm import tqdm
 
     from spacy_sapbert.context import self_supervised_examples
-    from spacy_sapbert.documents import iter_documents
+    from spacy_sapbert.documents import unlabelled_texts
     from spacy_sapbert.kb import ConceptKB
     from spacy_sapbert.ontologies import read_concepts
 
     started = time.perf_counter()
     kb = ConceptKB.from_records(read_concepts(source, fmt), on_duplicate="merge", strip_punctuation=True)
 
-    def documents() -> Iterator[str]:
-        for path in texts:
-            for d in tqdm(iter_documents(path, texts_format), desc=path.name, unit="doc", leave=False):
-                if d.error is not None:
-                    raise d.error  # names the file and line
-                if d.text:
-                    yield d.text
-
+    documents = tqdm(unlabelled_texts(texts, texts_format), desc="texts", unit="doc", leave=False)
     examples, concepts = 0, set()
     with atomic_open(output, "w") as f:
-        for concept, text in self_supervised_examples(kb, documents(), max_per_concept):
+        for concept, text in self_supervised_examples(kb, documents, max_per_concept):
             f.write(json.dumps({"concept": concept, "text": text}, ensure_ascii=False) + "\n")
             examples += 1
             concepts.add(concept)
