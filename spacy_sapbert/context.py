@@ -36,6 +36,10 @@ WINDOW_CHARS = 300  # the most text kept on either side of a mention when no sen
 MAX_NGRAM_WORDS = 6  # the longest KB name looked for verbatim in unlabelled text
 MIN_NAME_CHARS = 4  # shorter names ("MS", "AD") are too ambiguous to label text by themselves
 _SENTENCE_END = re.compile(r"[.!?](?=\s+[A-Z0-9(\[])")
+# How ``mention_in_context`` cuts a sentence. Prototypes record it, and a linker refuses prototypes cut
+# by another rule: the query sentences and the prototypes must be read alike. 2: a mention that opens a
+# sentence no longer drags the previous sentence in (rule 1's lookahead could not see the mention).
+SENTENCE_RULE = 2
 _WORD = re.compile(r"\w+(?:[-']\w+)*")
 
 
@@ -44,8 +48,9 @@ def mention_in_context(text: str, start: int, end: int) -> str:
     on each side. One rule for building prototypes and for linking."""
     left_limit, right_limit = max(0, start - WINDOW_CHARS), min(len(text), end + WINDOW_CHARS)
     left = left_limit
-    for m in _SENTENCE_END.finditer(text, left_limit, start):
-        left = m.end()
+    for m in _SENTENCE_END.finditer(text, left_limit, start + 1):  # + 1: the lookahead sees the mention's first character
+        if m.end() <= start:
+            left = m.end()
     found = _SENTENCE_END.search(text, end, right_limit)
     right = found.end() if found else right_limit
     return f"{text[left:start].lstrip()}[{text[start:end]}]{text[end:right].rstrip()}"
@@ -130,7 +135,7 @@ class ContextPrototypes:
             np.add.at(sums, [row[cid] for cid, _ in pairs], vectors)
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         unit = (sums / np.where(norms > 0, norms, 1.0)).astype(np.float32)
-        meta = {"encoder": reader.describe(), "examples": len(pairs), "sources": dict(sources or {})}
+        meta = {"encoder": reader.describe(), "sentence_rule": SENTENCE_RULE, "examples": len(pairs), "sources": dict(sources or {})}
         return cls(ids, unit, meta)
 
     def __len__(self) -> int:
@@ -140,8 +145,15 @@ class ContextPrototypes:
     def encoder_fingerprint(self) -> str:
         return str(self.meta["encoder"]["fingerprint"])  # type: ignore[index]
 
-    def check_encoder(self, encoder: SapEncoder, folder: Union[str, Path] = "") -> None:
-        """Refuse prototypes made with another encoder than ``encoder`` (read as ``context_encoder`` reads)."""
+    def check_reader(self, encoder: SapEncoder, folder: Union[str, Path] = "") -> None:
+        """Refuse prototypes made with another encoder than ``encoder`` (read as ``context_encoder`` reads),
+        or from sentences cut by another rule than this version's ``mention_in_context``."""
+        rule = self.meta.get("sentence_rule", 1)  # prototypes from before the rule was recorded were cut by rule 1
+        if rule != SENTENCE_RULE:
+            raise ValueError(
+                f"{folder}: the context prototypes were built from sentences cut by rule {rule}, and this version cuts "
+                f"a mention's sentence by rule {SENTENCE_RULE}; rebuild them with 'build-context'"
+            )
         mine = context_encoder(encoder).fingerprint
         if mine != self.encoder_fingerprint:
             raise ValueError(

@@ -539,7 +539,7 @@ class SapBertLinker(Pipe):
         assert self.linking_kb is not None and self.linking_kb.context is not None and self.encoder is not None
         prototypes = self.linking_kb.context
         if self._context_reader is None:
-            prototypes.check_encoder(self.encoder, self.kb_path or "the KB")
+            prototypes.check_reader(self.encoder, self.kb_path or "the KB")
             self._context_reader = context_encoder(self.encoder)
         self._context_reader.pass_rows = self.encoder.pass_rows  # fixed passes where set: output independent of batching
         vectors = self._context_reader.encode(

@@ -47,6 +47,13 @@ def test_the_mention_is_marked_in_its_own_sentence():
     assert "[MS]" in got and len(got) <= 2 * 300 + 4  # no sentence end near: a window either side
 
 
+def test_a_mention_that_opens_a_sentence_leaves_the_previous_one_out():
+    text = "First sentence here. MS came back. Last one."
+    start = text.index("MS")
+    assert mention_in_context(text, start, start + 2) == "[MS] came back."
+    assert mention_in_context(text, 0, 5) == "[First] sentence here."
+
+
 def test_self_supervised_examples_are_unambiguous_names_found_verbatim():
     kb = ConceptKB.from_records(RECORDS + [R("D:AR", "asthma attack", [])], on_duplicate="merge")
     texts = ["An asthma attack at night. Asthma again, and MS.", "Multiple sclerosis. Asthma."]
@@ -102,7 +109,16 @@ def test_prototypes_of_another_encoder_are_refused(tiny_encoder, tmp_path):
     protos = ContextPrototypes.build([("D:MS", NEURO)], tiny_encoder)
     protos.meta["encoder"] = {**protos.meta["encoder"], "fingerprint": "0" * 32}
     with pytest.raises(ValueError, match="another encoder.*build-context"):
-        protos.check_encoder(tiny_encoder, tmp_path)
+        protos.check_reader(tiny_encoder, tmp_path)
+
+
+def test_prototypes_cut_by_another_sentence_rule_are_refused(tiny_encoder, tmp_path):
+    protos = ContextPrototypes.build([("D:MS", NEURO)], tiny_encoder)
+    protos.to_disk(tmp_path)
+    ContextPrototypes.from_disk(tmp_path).check_reader(tiny_encoder, tmp_path)  # this version's rule: accepted
+    old = {k: v for k, v in protos.meta.items() if k != "sentence_rule"}  # written before the rule was recorded
+    with pytest.raises(ValueError, match="cut by rule 1.*build-context"):
+        ContextPrototypes(protos.concept_ids, protos.vectors, old).check_reader(tiny_encoder, tmp_path)
 
 
 def link_ms(nlp, text):

@@ -22,7 +22,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tupl
 
 import numpy as np
 
-from ..context import ContextPrototypes, annotated_examples, self_supervised_examples
+from ..context import SENTENCE_RULE, ContextPrototypes, annotated_examples, self_supervised_examples
 from ..encoder import SapEncoder, resolve_encoder_path
 from ..fileio import atomic_dir, atomic_open, write_json
 from ..index import VectorIndex
@@ -193,7 +193,7 @@ def context_prototypes(
         raise ValueError(f"context examples must be one of {CONTEXT_EXAMPLES}, got {examples!r}")
     spec = datasets.get_benchmark(dataset)
     seen = f"-{spec.name.replace(':', '_')}-{split}" if examples == "self+train" else ""  # self-supervision reads the same texts for every split
-    tag = f"{kb.fingerprint[:16]}-{encoder.fingerprint[:16]}-{encoder.precision}-{examples}{seen}"
+    tag = f"{kb.fingerprint[:16]}-{encoder.fingerprint[:16]}-{encoder.precision}-{examples}{seen}-rule{SENTENCE_RULE}"
     cached = Path(cache_dir) / "context" / tag if cache_dir is not None else None
     if cached is not None and (found := ContextPrototypes.from_disk(cached)) is not None:
         return found
