@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -40,8 +41,8 @@ def run_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: O
 
 
 def command(script: str, argv: Optional[Sequence[str]]) -> str:
-    """The command line that ran ``script`` (``argv`` None: this process's own arguments)."""
-    return " ".join(["python", script, *(sys.argv[1:] if argv is None else argv)])
+    """The command line that ran ``script`` (``argv`` None: this process's own arguments), quoted for a shell."""
+    return shlex.join(["python", script, *(sys.argv[1:] if argv is None else argv)])
 
 
 GOLD_KEYS = ("lenient_acc@1", "strict_acc@1", "lenient_acc@5", "n_queries", "mentions_per_s")

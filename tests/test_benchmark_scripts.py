@@ -421,3 +421,45 @@ def test_linker_overlap_times_the_ner_alone_and_the_linkers_in_turn_and_overlapp
     table = overlap.render(result)
     assert "| ner | on | 100.0 | 70.0 | 85.0 | 0.70 | 0.85 | yes |" in table
     assert "| hpo | off | – | 70.0 | 85.0 | – | – | yes |" in table
+
+
+def test_parts_together_takes_each_sweeps_choice_and_takes_out_one_part_at_a_time(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    together = _load("parts_together")
+    chosen = {"fusion": 0.25, "context_rerank": 0.1, "consistency": 0.0}  # consistency: its sweep left it off
+    for sweep, w in chosen.items():
+        rows = [{"dataset": "ncbi-disease", "dictionary": "ontology", "chosen_weight": w}]
+        (tmp_path / f"{sweep}.json").write_text(json.dumps({"rows": rows}))
+    calls = []
+
+    def fake_evaluate(dataset, encoder, dictionary, *, split, **settings):
+        calls.append((encoder, split, settings))
+        gain = 10 * settings.get("fusion_weight", 0) + 20 * settings.get("context_weight", 0) + (1 if encoder else 0)
+        subset = {"lenient_acc@1": 50.0, "strict_acc@1": 40.0 + gain, "n_queries": 5}
+        return {"lenient_acc@1": 80 + gain, "strict_acc@1": 78 + gain, "lenient_acc@5": 90.0, "n_queries": 100, "mentions_per_s": 1.0,
+                "breakdown": {"name_ambiguous": subset, "name_unambiguous": subset}, "pipeline_options": settings}
+
+    monkeypatch.setattr(together, "evaluate", fake_evaluate)
+    monkeypatch.setattr(together, "machine_description", lambda: {"cpu": "x"})
+    (tmp_path / "model").mkdir()
+    (tmp_path / "README.md").write_text("<!-- PARTS-TOGETHER:START -->\n<!-- PARTS-TOGETHER:END -->\n", encoding="utf8")
+    result = together.main(["--datasets", "ncbi-disease", "--dictionaries", "ontology", "--encoder", f"trained 40 min={tmp_path / 'model'}",
+                            "--results", str(tmp_path), "--output", str(tmp_path / "out.json"), "--readme", str(tmp_path / "README.md")])
+    variants = result["rows"][0]["variants"]
+    assert [v["name"] for v in variants] == ["all off (defaults)", "fusion alone", "context alone", "encoder alone", "all",
+                                             "all but fusion", "all but context", "all but encoder"]
+    assert {c[1] for c in calls} == {"test"} and all("consistency" not in c[2] for c in calls)  # chosen 0: off everywhere
+    assert calls[0] == (None, "test", {})  # the defaults: no part set, the untrained encoder
+    assert calls[4] == (str(tmp_path / "model"), "test", {"fusion_weight": 0.25, "context_weight": 0.1, "context_examples": "self"})
+    assert calls[6][2] == {"fusion_weight": 0.25} and calls[7][0] is None  # all but context; all but encoder
+    assert variants[4]["command"] == ("python -m spacy_sapbert evaluate --dataset ncbi-disease --dictionary ontology --fusion-weight 0.25 "
+                                      f"--context-weight 0.1 --context-examples self --encoder {tmp_path / 'model'}")
+    block = (tmp_path / "README.md").read_text()
+    assert "| ncbi-disease | ontology | all | fusion 0.25, context 0.1, encoder | 85.5 | 83.5 | 90.0 | 45.5 (5) |" in block
+    assert "| ncbi-disease | ontology | all off (defaults) | – | 80.0 | 78.0 |" in block
+    assert f"--encoder 'trained 40 min={tmp_path / 'model'}'" in block  # the recorded command runs as it reads
+    two = together.variants({"fusion": 0.25, "context": 0.1}, None)
+    assert [v["name"] for v in two] == ["all off (defaults)", "fusion alone", "context alone", "all"]  # no row twice
+    with pytest.raises(FileNotFoundError, match="consistency.json.*benchmarks/consistency.py"):
+        (tmp_path / "consistency.json").unlink()
+        together.chosen_settings(tmp_path, "ncbi-disease", "ontology")
