@@ -116,7 +116,6 @@ def iter_documents(path: PathLike, fmt: str = "auto") -> Iterator[InputDocument]
     return _read_lines(path, fmt)
 
 
-
 def unlabelled_texts(paths: Iterable[PathLike], fmt: str = "auto") -> Iterator[str]:
     """The non-empty texts of the documents in ``paths`` (annotations, if any, unread); an unreadable
     document raises its error, which names the file and line. Context examples read text this way."""
@@ -126,6 +125,7 @@ def unlabelled_texts(paths: Iterable[PathLike], fmt: str = "auto") -> Iterator[s
                 raise d.error
             if d.text:
                 yield d.text
+
 
 def read_documents(path: PathLike, fmt: str = "auto") -> Iterator[Tuple[str, Dict[str, Any]]]:
     """``(text, context)`` per document of a ``link --input`` file; ``context`` has its 1-based
