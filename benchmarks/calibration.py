@@ -25,8 +25,8 @@ from typing import Any, Dict, Sequence
 import torch
 from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
 
-from spacy_sapbert.calibration import calibrate_kb_folder
 from spacy_sapbert.encoder import SapEncoder, resolve_encoder_path
+from spacy_sapbert.evaluation.calibration import calibrate_kb_folder
 from spacy_sapbert.fileio import atomic_open, read_json, write_json
 from spacy_sapbert.hpo_kb import SHIPPED_HPO, apply_shipped_calibration
 from spacy_sapbert.machine import machine_description

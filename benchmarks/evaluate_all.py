@@ -104,7 +104,7 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     table = render_table(results, machine)
     try:
-        update_readme(args.readme, table)
+        update_readme(args.readme, table, block="EVALUATION-TABLE")
     except (OSError, ValueError) as e:
         print(f"README not updated ({e}); the table is:\n\n{table}", file=sys.stderr)
 

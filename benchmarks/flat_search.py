@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from speed import median_time  # benchmarks/ is the script's folder, so its sibling imports
 
-import spacy_sapbert.index as index_module
+import spacy_sapbert.index_kinds.flat as index_module  # exact search reads _top_k from here
 from spacy_sapbert.encoder import SapEncoder, fast_bf16, native_bf16, resolve_encoder_path
 from spacy_sapbert.evaluation.datasets import read_pubtator
 from spacy_sapbert.index import VectorIndex

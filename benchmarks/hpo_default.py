@@ -50,16 +50,16 @@ OUT = Path("benchmarks/results/hpo_default.json")
 FASTHPOCR_INDEX = Path("corpus/cache/fasthpocr-index")
 README = Path("benchmarks/README.md")
 BLOCK = "HPO-DEFAULT"
-SETTINGS = ("threshold", "partial_threshold", "max_generic_share", "resolve", "nested")
+SETTINGS = ("min_exact_score", "min_partial_score", "max_generic_share", "resolve", "nested")
 GRID = [
-    {"threshold": t, "partial_threshold": p, "max_generic_share": g, "resolve": r, "nested": None}
+    {"min_exact_score": t, "min_partial_score": p, "max_generic_share": g, "resolve": r, "nested": None}
     for r in ("longest", "best")
     for t in (0.85, 0.95)
     for p in (0.93, 0.96, 1.01)
     for g in (0.01, 0.03, 1.0)
     if r == "longest" or (g == 0.03 and p == 0.96)
 ] + [
-    {"threshold": t, "partial_threshold": p, "max_generic_share": g, "resolve": "all", "nested": n}
+    {"min_exact_score": t, "min_partial_score": p, "max_generic_share": g, "resolve": "all", "nested": n}
     for n in ("all", "coordinations", "heads")
     for t in (0.9, 0.95)
     for p in (0.96, 0.98)
@@ -71,7 +71,7 @@ def shipped_settings() -> Dict[str, object]:
     """What the default pipeline's span finder runs with: the factory's defaults, the HPO overrides
     and the nested mentions it keeps (``resolve`` is ``all`` where it keeps them)."""
     config = {**spacy.blank("en").get_factory_meta("sapbert_span_finder").default_config, **HPO_SPAN_FINDER}
-    settings = {k: config[k] for k in ("threshold", "partial_threshold", "max_generic_share", "resolve")}
+    settings = {k: config[k] for k in ("min_exact_score", "min_partial_score", "max_generic_share", "resolve")}
     return {**settings, "resolve": "all", "nested": HPO_NESTED} if HPO_NESTED else {**settings, "nested": None}
 
 

@@ -65,8 +65,8 @@ def error_kind(text: str, gold_in_kb: bool, top: Sequence[Any], gold_rank: Optio
 
 
 def analyse(dataset: str, dictionary: str, cache_dir: str = "corpus/cache") -> Dict[str, Any]:
-    from spacy_sapbert.calibration import gold_concepts
     from spacy_sapbert.evaluation import datasets
+    from spacy_sapbert.evaluation.calibration import gold_concepts
     from spacy_sapbert.evaluation.end_to_end import prepare_kb
     from spacy_sapbert.evaluation.gold_spans import GOLD_SPANS_KEY, find_linker, link_gold_mentions
     from spacy_sapbert.evaluation.preprocess import select_gold_ids

@@ -1,8 +1,9 @@
 """The READMEs' generated tables (evaluation, end to end), from the results JSON and nothing else.
 
 Only the text between a block's ``<!-- NAME:START -->`` and ``<!-- NAME:END -->`` markers is ever
-rewritten, so the rest of a README stays hand-written. The benchmark scripts import this as a
-sibling module (``from readme_tables import …``); ``training.report`` as ``benchmarks.readme_tables``.
+rewritten (``spacy_sapbert.fileio.rewrite_between_markers``, which ``training.report`` uses too), so
+the rest of a README stays hand-written. The benchmark scripts import this as a sibling module
+(``from readme_tables import …``).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import List, Mapping, Sequence, Union
 
 from spacy_sapbert.evaluation.datasets import BENCHMARKS
-from spacy_sapbert.fileio import atomic_open
+from spacy_sapbert.fileio import rewrite_between_markers as update_readme  # the benchmark scripts import it from here
 
 TABLE_KEYS = (
     "n_queries",
@@ -120,30 +121,6 @@ def render_table(results: Sequence[Mapping[str, object]], machine: Mapping[str, 
         lines += ["", note]
     lines += ["", f"Paper rows: {PAPER_SOURCE}; their query counts include BC5CDR's unlinkable (-1) mentions, ours drop them."]
     return "\n".join(lines)
-
-
-def replace_between_markers(text: str, content: str, source: str = "README", block: str = "EVALUATION-TABLE") -> str:
-    """``text`` with everything between ``<!-- {block}:START -->`` and ``<!-- {block}:END -->``
-    replaced by ``content``."""
-    start_marker, end_marker = f"<!-- {block}:START -->", f"<!-- {block}:END -->"
-    start = text.find(start_marker)
-    end = text.find(end_marker)
-    if start < 0 or end < 0 or end < start:
-        raise ValueError(f"{source}: needs the markers {start_marker} and {end_marker}, in that order")
-    if text.count(start_marker) != 1 or text.count(end_marker) != 1:
-        raise ValueError(f"{source}: each {block} marker must appear exactly once")
-    head = text[: start + len(start_marker)]
-    return head + "\n" + content.strip("\n") + "\n" + text[end:]
-
-
-def update_readme(path: Union[str, Path], content: str, block: str = "EVALUATION-TABLE") -> None:
-    """Rewrite one generated block of ``path`` (see ``replace_between_markers``), atomically."""
-    path = Path(path)
-    text = path.read_text(encoding="utf8")
-    new = replace_between_markers(text, content, str(path), block)
-    if new != text:
-        with atomic_open(path) as f:
-            f.write(new)
 
 
 def publish(readme: Union[str, Path], block: str, content: str, to_readme: bool = True) -> None:

@@ -15,6 +15,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 
+from .attributes import register_attribute
+from .config_only import ConfigOnlyPipe
+
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
 _PARENTHESIS = re.compile(r"\(([^()]+)\)")
 _LONG_FORM_WORD_SPLIT = re.compile(r"[\s-]+")
@@ -208,34 +211,14 @@ def query_text(span: Span, attr: str = DEFAULT_ATTR) -> str:
 
 
 # ---------------------------------------------------------------------------- the doc attribute
-class _DocAttribute:
-    """``doc._.<name>`` stored where spaCy stores plain extensions (so ``to_bytes``/``DocBin`` keep
-    it), marked as ours so re-registering is a no-op and another package's attribute is refused."""
-
-    def __init__(self, name: str):
-        self.key = ("._.", name, None, None)
-
-    def get(self, doc: Doc) -> Optional[Dict[str, str]]:
-        return doc.user_data.get(self.key)
-
-    def set(self, doc: Doc, value: Optional[Dict[str, str]]) -> None:
-        doc.user_data[self.key] = value
-
-
 def register_doc_attribute(name: str) -> None:
     """Register ``Doc._.<name>`` unless another package (scispacy's detector uses
     ``abbreviations`` for a list of spans) already owns that name."""
-    if Doc.has_extension(name):
-        getter = Doc.get_extension(name)[2]
-        if isinstance(getattr(getter, "__self__", None), _DocAttribute):
-            return
-        raise ValueError(
-            f"Doc extension '{name}' is already registered by another package (scispacy's "
-            f"AbbreviationDetector uses 'abbreviations'). spacy-sapbert will not overwrite it: choose "
-            f"another name with the sapbert_abbreviations 'attr' setting."
-        )
-    attr = _DocAttribute(name)
-    Doc.set_extension(name, getter=attr.get, setter=attr.set)
+    register_attribute(Doc, name, taken=(
+        f"Doc extension '{name}' is already registered by another package (scispacy's "
+        f"AbbreviationDetector uses 'abbreviations'). spacy-sapbert will not overwrite it: choose "
+        f"another name with the sapbert_abbreviations 'attr' setting."
+    ))
 
 
 # ---------------------------------------------------------------------------- later uses
@@ -326,8 +309,13 @@ def make_sapbert_abbreviations(
     return AbbreviationComponent(nlp, name, find_later_uses=find_later_uses, spans_key=spans_key, attr=attr)
 
 
-class AbbreviationComponent:
-    """Stores the doc's abbreviation definitions and marks later uses of defined short forms."""
+class AbbreviationComponent(ConfigOnlyPipe):
+    """Stores the doc's abbreviation definitions and marks later uses of defined short forms.
+
+    A ``Pipe`` without data (its settings are in the config; ``ConfigOnlyPipe``); no scorer: the
+    entities it adds are scored with the detector's (``doc.ents``)."""
+
+    data_format = "spacy-sapbert-abbreviations-v1"
 
     def __init__(
         self,
@@ -363,7 +351,3 @@ class AbbreviationComponent:
                 spans = list(group) + [Span(doc, s, e, label=label) for s, e, label in added]
                 doc.spans[key] = SpanGroup(doc, name=key, attrs=dict(group.attrs), spans=spans)
         return doc
-
-    def pipe(self, stream: Iterable[Doc], batch_size: int = 128) -> Iterator[Doc]:
-        for doc in stream:
-            yield self(doc)

@@ -25,7 +25,7 @@ from itertools import count, islice
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from .documents import INPUT_FORMATS, InputDocument, guess_input_format, iter_documents
+from .documents import InputDocument, guess_input_format, input_reader, iter_documents
 from .fileio import PathLike
 from .shards import (
     CACHE_FOLDER,
@@ -114,8 +114,7 @@ def annotate(
         raise ValueError("shard_size must be at least 1, n_process at least 1 (or -1: every CPU)")
     input = Path(input).resolve()
     fmt = guess_input_format(input) if input_format == "auto" else input_format
-    if fmt not in INPUT_FORMATS:
-        raise ValueError(f"input format must be auto or one of {', '.join(INPUT_FORMATS)}, not {fmt!r}")
+    input_reader(fmt)  # a ValueError listing the registered formats for an unknown one
     spec = PipelineSpec(
         pipeline=str(Path(pipeline).resolve()) if pipeline else None, kb=str(Path(kb).resolve()) if kb else None,
         encoder=str(Path(encoder).resolve()) if encoder else None, top_k=top_k, detector=detector,

@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Mapping, Optional, Union
 from filelock import FileLock, Timeout
 
 from .encoder import SapEncoder
+from .index_kinds import check_kind
 from .kb import ConceptKB
 from .records import ConceptRecord, InputError
 from .search import META_FILE, LinkingKB
@@ -74,7 +75,9 @@ def build_kb_folder(
     A source without a single name raises ``InputError`` naming ``source_name`` and leaves an
     existing ``output`` as it is. ``priors``: a weight per concept id (``ConceptKB.from_records``);
     ``neighbours``: the index's neighbour table (``VectorIndex.build``; None: its size rule).
+    ``index_kind``: ``auto`` or a registered kind (checked first: an unknown one is refused before reading).
     """
+    check_kind(index_kind)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(lock_path(output)))

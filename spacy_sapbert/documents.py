@@ -5,6 +5,16 @@ A document that cannot be read (bad UTF-8, a malformed JSON line) comes out with
 instead of ending the stream: ``annotate`` records it and goes on, ``link`` (``read_documents``)
 stops there with the ``InputError``, which names the file and the line. A file that is broken as a
 whole (a PubTator abstract without its title, malformed XML) raises the ``InputError`` itself.
+
+Each format is a reader registered by name in ``registries.input_formats``: a function of the path
+that yields ``InputDocument``s. Another format is one module with such a function::
+
+    @input_formats.register("my-format")
+    def read_my_format(path: Path) -> Iterator[InputDocument]: ...
+
+(or the ``spacy_sapbert_input_formats`` entry point); ``annotate --input-format my-format`` then
+reads it, and ``auto`` picks it for a file whose suffix is its name (``.my-format``).
+``link --input`` reads the built-in formats of a document per line, ``LINK_FORMATS``.
 """
 from __future__ import annotations
 
@@ -14,13 +24,16 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .fileio import PathLike
 from .records import InputError
+from .registries import all_entries, input_formats
 
+# The built-in formats (all registered below), and those of them ``link --input`` reads.
 INPUT_FORMATS = ("folder", "text", "tsv", "jsonl", "pubtator", "bioc")
 LINK_FORMATS = ("text", "tsv", "jsonl")
+InputReader = Callable[[Path], Iterable["InputDocument"]]
 _PUBTATOR_TEXT = re.compile(r"^[^\t|]+\|[ta]\|")
 
 
@@ -79,10 +92,31 @@ def _lines(path: Path) -> Iterator[Tuple[int, str, Optional[str]]]:
             yield n, text.rstrip("\n").rstrip("\r"), problem
 
 
+def input_format_names() -> List[str]:
+    """The registered input formats: the built-in ones in ``INPUT_FORMATS``' order, then the others by name."""
+    registered = all_entries(input_formats)
+    return [f for f in INPUT_FORMATS if f in registered] + sorted(f for f in registered if f not in INPUT_FORMATS)
+
+
+def input_format_help() -> str:
+    """The choices of ``annotate --input-format``, from the registry."""
+    return (f"auto (a folder, else by suffix, else PubTator when it looks like it) or one of: "
+            f"{', '.join(input_format_names())} (text: a document per line)")
+
+
+def input_reader(fmt: str) -> InputReader:
+    """The registered reader of ``fmt``, or a ValueError that lists the choices."""
+    registered = all_entries(input_formats)
+    if fmt not in registered:
+        raise ValueError(f"input format must be auto or one of {', '.join(input_format_names())}, not {fmt!r}")
+    return registered[fmt]
+
+
 def guess_input_format(path: PathLike) -> str:
     """A folder is a folder of ``.txt`` files; then by suffix (``.gz`` ignored): ``.jsonl``, ``.tsv``,
-    ``.xml`` (BioC), ``.pubtator``; else ``pubtator`` when the first line is a ``PMID|t|`` or
-    ``PMID|a|`` line (the corpora's ``.txt`` files), else ``text`` (a document per line)."""
+    ``.xml`` (BioC), ``.pubtator``, or the name of a format registered outside the package; else
+    ``pubtator`` when the first line is a ``PMID|t|`` or ``PMID|a|`` line (the corpora's ``.txt``
+    files), else ``text`` (a document per line)."""
     path = Path(path)
     if path.is_dir():
         return "folder"
@@ -90,12 +124,14 @@ def guess_input_format(path: PathLike) -> str:
     by_suffix = {".jsonl": "jsonl", ".tsv": "tsv", ".xml": "bioc", ".pubtator": "pubtator"}
     if suffixes and suffixes[-1] in by_suffix:
         return by_suffix[suffixes[-1]]
+    if suffixes and suffixes[-1][1:] not in INPUT_FORMATS and suffixes[-1][1:] in all_entries(input_formats):
+        return suffixes[-1][1:]
     first = next((text for _, text, _ in _lines(path) if text.strip()), "")
     return "pubtator" if _PUBTATOR_TEXT.match(first) else "text"
 
 
 def iter_documents(path: PathLike, fmt: str = "auto") -> Iterator[InputDocument]:
-    """The documents of ``path`` in ``fmt`` (one of ``INPUT_FORMATS``, or ``auto``: ``guess_input_format``).
+    """The documents of ``path`` in ``fmt`` (a registered input format, or ``auto``: ``guess_input_format``).
 
     ``folder``: every ``*.txt`` file, by name, its stem the id; ``text``: a document per line, an
     empty line too; ``tsv``: ``id<TAB>text``; ``jsonl``: ``{"id": ..., "text": ..., ...}`` (``id``
@@ -105,15 +141,7 @@ def iter_documents(path: PathLike, fmt: str = "auto") -> Iterator[InputDocument]
     """
     path = Path(path)
     fmt = guess_input_format(path) if fmt == "auto" else fmt
-    if fmt not in INPUT_FORMATS:
-        raise ValueError(f"input format must be auto or one of {', '.join(INPUT_FORMATS)}, not {fmt!r}")
-    if fmt == "folder":
-        return _read_folder(path)
-    if fmt == "pubtator":
-        return (InputDocument(b.pmid, b.text, b.line, error=b.error, title_end=len(b.title)) for b in pubtator_blocks(path))
-    if fmt == "bioc":
-        return _read_bioc(path)
-    return _read_lines(path, fmt)
+    return iter(input_reader(fmt)(path))
 
 
 def unlabelled_texts(paths: Iterable[PathLike], fmt: str = "auto") -> Iterator[str]:
@@ -136,28 +164,45 @@ def read_documents(path: PathLike, fmt: str = "auto") -> Iterator[Tuple[str, Dic
         fmt = {".tsv": "tsv", ".jsonl": "jsonl"}.get(path.suffix.lower(), "text")
     if fmt not in LINK_FORMATS:
         raise ValueError(f"input format must be auto or one of {', '.join(LINK_FORMATS)}, not {fmt!r}")
-    for doc in _read_lines(path, fmt):
+    for doc in input_reader(fmt)(path):
         if doc.error is not None:
             raise doc.error
         yield doc.text, {"line": doc.line, **({"id": doc.id} if doc.id is not None else {})}  # type: ignore[misc]
 
 
-def _read_lines(path: Path, fmt: str) -> Iterator[InputDocument]:
+def _read_lines(path: Path, document: Callable[[Path, int, str], InputDocument], blank: bool = False) -> Iterator[InputDocument]:
+    """A document per line: ``document(path, line number, line)``, or one with the error of a line that
+    is not UTF-8; blank lines are skipped unless ``blank``."""
     for n, line, problem in _lines(path):
         if problem is not None:
             yield InputDocument(None, None, n, error=InputError(path, n, problem))
-        elif fmt == "text":
-            yield InputDocument(None, line, n)
-        elif not line.strip():
-            continue
-        elif fmt == "tsv":
-            if "\t" not in line:
-                yield InputDocument(None, None, n, error=InputError(path, n, "expected 'id<TAB>text': the line has no tab"))
-            else:
-                doc_id, text = line.split("\t", 1)
-                yield InputDocument(doc_id, text, n)
-        else:
-            yield _json_document(path, n, line)
+        elif blank or line.strip():
+            yield document(path, n, line)
+
+
+@input_formats.register("text")
+def read_text(path: Path) -> Iterator[InputDocument]:
+    """``text``: a document per line, an empty line too."""
+    return _read_lines(path, lambda _, n, line: InputDocument(None, line, n), blank=True)
+
+
+@input_formats.register("tsv")
+def read_tsv(path: Path) -> Iterator[InputDocument]:
+    """``tsv``: ``id<TAB>text`` lines."""
+    return _read_lines(path, _tsv_document)
+
+
+@input_formats.register("jsonl")
+def read_jsonl(path: Path) -> Iterator[InputDocument]:
+    """``jsonl``: ``{"id": ..., "text": ..., ...}`` lines (``id`` optional, other fields passed through)."""
+    return _read_lines(path, _json_document)
+
+
+def _tsv_document(path: Path, n: int, line: str) -> InputDocument:
+    if "\t" not in line:
+        return InputDocument(None, None, n, error=InputError(path, n, "expected 'id<TAB>text': the line has no tab"))
+    doc_id, text = line.split("\t", 1)
+    return InputDocument(doc_id, text, n)
 
 
 def _json_document(path: Path, n: int, line: str) -> InputDocument:
@@ -171,8 +216,9 @@ def _json_document(path: Path, n: int, line: str) -> InputDocument:
     return InputDocument(row.get("id"), row["text"], n, fields={k: v for k, v in row.items() if k not in ("id", "text")})
 
 
-def _read_folder(path: Path) -> Iterator[InputDocument]:
-    """Every ``*.txt`` file of the folder, in name order (the names are listed once, up front)."""
+@input_formats.register("folder")
+def read_folder(path: Path) -> Iterator[InputDocument]:
+    """``folder``: every ``*.txt`` file of the folder, in name order, its stem the id (the names are listed once, up front)."""
     names = sorted(e.name for e in os.scandir(path) if e.name.endswith(".txt") and e.is_file())
     for name in names:
         raw = (path / name).read_bytes()
@@ -181,6 +227,12 @@ def _read_folder(path: Path) -> Iterator[InputDocument]:
         except UnicodeDecodeError as e:
             error = InputError(path / name, None, f"not UTF-8 ({e.reason} at byte {e.start})")
             yield InputDocument(name[: -len(".txt")], None, error=error)
+
+
+@input_formats.register("pubtator")
+def read_pubtator(path: Path) -> Iterator[InputDocument]:
+    """``pubtator``: title + " " + abstract per document (annotations ignored)."""
+    return (InputDocument(b.pmid, b.text, b.line, error=b.error, title_end=len(b.title)) for b in pubtator_blocks(path))
 
 
 def pubtator_blocks(path: PathLike) -> Iterator[PubtatorBlock]:
@@ -213,8 +265,9 @@ def pubtator_blocks(path: PathLike) -> Iterator[PubtatorBlock]:
         yield block
 
 
-def _read_bioc(path: Path) -> Iterator[InputDocument]:
-    """BioC XML, parsed incrementally: each ``<document>`` is dropped once read."""
+@input_formats.register("bioc")
+def read_bioc(path: Path) -> Iterator[InputDocument]:
+    """``bioc``: BioC XML, parsed incrementally (each ``<document>`` is dropped once read), passages at their offsets."""
     import xml.etree.ElementTree as ET
 
     with _open(path) as f:

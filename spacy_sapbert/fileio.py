@@ -1,5 +1,6 @@
-"""Atomic writes (a crash mid-write must leave the previous artifact intact), and file stamps:
-how objects memory-mapped from a file pickle by path instead of by value."""
+"""Atomic writes (a crash mid-write must leave the previous artifact intact; a generated block of a
+hand-written file rewritten in place), and file stamps: how objects memory-mapped from a file pickle
+by path instead of by value."""
 from __future__ import annotations
 
 import json
@@ -57,6 +58,32 @@ def write_json(path: PathLike, data: Any) -> None:
 def read_json(path: PathLike) -> Any:
     with open(path, encoding="utf8") as f:
         return json.load(f)
+
+
+def replace_between_markers(text: str, content: str, block: str, source: str = "text") -> str:
+    """``text`` with everything between ``<!-- {block}:START -->`` and ``<!-- {block}:END -->``
+    replaced by ``content``: a generated block inside a hand-written file (a README's tables from
+    results JSON) is rewritten, the rest stays as written."""
+    start_marker, end_marker = f"<!-- {block}:START -->", f"<!-- {block}:END -->"
+    start = text.find(start_marker)
+    end = text.find(end_marker)
+    if start < 0 or end < 0 or end < start:
+        raise ValueError(f"{source}: needs the markers {start_marker} and {end_marker}, in that order")
+    if text.count(start_marker) != 1 or text.count(end_marker) != 1:
+        raise ValueError(f"{source}: each {block} marker must appear exactly once")
+    head = text[: start + len(start_marker)]
+    return head + "\n" + content.strip("\n") + "\n" + text[end:]
+
+
+def rewrite_between_markers(path: PathLike, content: str, block: str) -> None:
+    """Rewrite one generated block of the file ``path`` (``replace_between_markers``), atomically;
+    a file whose block already holds ``content`` is left untouched."""
+    path = Path(path)
+    text = path.read_text(encoding="utf8")
+    new = replace_between_markers(text, content, block, str(path))
+    if new != text:
+        with atomic_open(path) as f:
+            f.write(new)
 
 
 @contextmanager

@@ -1,10 +1,12 @@
 """Negated mentions ("No evidence of hepatosplenomegaly") with negspacy's NegEx component.
 
-negspacy (>=1.1) registers the ``negex`` factory when ``negspacy.negation`` is imported; our
-``spacy_factories`` entry point names that module, so ``spacy.load`` finds ``negex`` in a saved
-pipeline without an import. NegEx reads ``doc.sents`` (it raises E030 without sentence
-boundaries) and sets ``span._.negex`` on ``doc.ents`` (or on span groups), so ``add_negation``
-adds a ``sentencizer`` when nothing earlier in the pipeline sets sentences.
+negspacy (>=1.1) registers the ``negex`` factory when ``negspacy.negation`` is imported, but it
+declares no ``spacy_factories`` entry point, so ``spacy.load`` of a saved pipeline with negation
+fails in a fresh process (E002: no factory ``negex``) unless something imported negspacy first. Our
+entry point (setup.cfg) names negspacy's factory for that reason alone (without it, loading was
+tried and fails). NegEx reads ``doc.sents`` (it raises E030 without sentence boundaries) and sets
+``span._.negex`` on ``doc.ents`` (or on span groups), so ``add_negation`` adds a ``sentencizer``
+when nothing earlier in the pipeline sets sentences.
 """
 from __future__ import annotations
 

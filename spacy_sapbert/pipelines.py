@@ -5,58 +5,38 @@ so what is measured is what users run.
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from dataclasses import replace
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
-import spacy
 from spacy.language import Language
 
-from .tokenizer import TOKENIZER_CONFIG
+from .detectors import (
+    LINKER,
+    NESTED_SPANS_KEY,
+    SHIPPED_NER,
+    SHIPPED_NER_TRF,
+    SHIPPED_NERS,
+    DetectorContext,
+    DetectorSpec,
+    PathLike,
+    add_ruler,
+    check_detectors,
+    kb_names,
+    load_ner,
+    start_pipeline,
+)
 
-PathLike = Union[str, os.PathLike]
-DETECTORS = ("gold", "ruler", "span_finder", "ner", "ner+span_finder", "ner-trf", "ner-trf+span_finder")
-SHIPPED_NER = Path(__file__).parent / "data" / "ner"
-SHIPPED_NER_TRF = Path(__file__).parent / "data" / "ner_trf"
-# the trained NER each NER detector loads unless ``ner_model`` names another
-SHIPPED_NERS = {"ner": SHIPPED_NER, "ner-trf": SHIPPED_NER_TRF}
-LINKER = "sapbert_linker"
-# The span group of nested mentions (``build_pipeline(..., nested=...)``): found by the span finder,
-# linked by the linker, while ``doc.ents`` keeps the longest of overlapping mentions.
-NESTED_SPANS_KEY = "sapbert_nested"
-# Ruler patterns shorter than this are dropped: two-letter names ("MS") match noise.
-MIN_PATTERN_CHARS = 3
-
-
-def kb_names(kb_path: PathLike) -> List[str]:
-    """The KB's names as written (display forms), for an exact-name ruler."""
-    from .kb import ConceptKB
-
-    return list(ConceptKB.from_disk(kb_path).display_names)
-
-
-def ner_detector(detector: str) -> Optional[str]:
-    """The trained NER a detector starts with (``ner`` or ``ner-trf``), or None."""
-    first = detector.split("+")[0]
-    return first if first in SHIPPED_NERS else None
-
-
-def load_ner(path: PathLike, exclude: Sequence[str] = ()) -> Language:
-    """A trained NER folder as the pipelines run it: with their tokenizer (spaCy's, with a chunk
-    cache for biomedical text), so that the NER alone and in a pipeline see the same tokens."""
-    return spacy.load(path, exclude=list(exclude), config={"nlp": {"tokenizer": TOKENIZER_CONFIG}})
-
-
-def add_ruler(nlp: Language, kb_path: PathLike, label: str) -> None:
-    """An entity ruler over the KB's names (case-insensitive): finds exactly the names in the KB."""
-    ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"})
-    names = [n for n in kb_names(kb_path) if len(n) >= MIN_PATTERN_CHARS]
-    ruler.add_patterns([{"label": label, "pattern": name} for name in names])  # type: ignore[attr-defined]
+# LINKER, NESTED_SPANS_KEY, the shipped NERs and the ruler's helpers live with the detectors
+# (``detectors.py``); they are named here too, where the evaluation, benchmarks and tests import them.
+__all__ = [
+    "LINKER", "NESTED_SPANS_KEY", "SHIPPED_NER", "SHIPPED_NER_TRF", "SHIPPED_NERS", "add_ruler", "build_pipeline",
+    "kb_names", "load_ner",
+]
 
 
 def build_pipeline(
     kb: Union[PathLike, Mapping[str, PathLike], None] = None,
-    detector: str = "span_finder",
+    detector: DetectorSpec = "span_finder",
     *,
     encoder: Optional[PathLike] = None,
     labels: Sequence[str] = (),
@@ -67,13 +47,17 @@ def build_pipeline(
     span_finder_config: Optional[Dict[str, object]] = None,
     ner_model: Optional[PathLike] = None,
     nested: Optional[str] = None,
+    detector_configs: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> Language:
     """A pipeline that finds mentions with ``detector`` and links them against the KB folder ``kb``.
 
-    ``detector``: ``gold`` (none: the caller sets ``doc.ents``), ``ruler`` (exact KB names),
-    ``span_finder`` (encoder-scored KB-vocabulary n-grams), ``ner`` (the CNN NER shipped in the
-    package, or ``ner_model``), ``ner-trf`` (the shipped transformer tagger, or ``ner_model``), or
-    ``ner+span_finder`` / ``ner-trf+span_finder`` (the span finder adds what the NER missed).
+    ``detector``: a name registered in ``registries.detectors`` (``detectors.py``), or a list of them
+    run in order (names joined by ``+`` too). Built in: ``gold`` (none: the caller sets
+    ``doc.ents``), ``ruler`` (exact KB names), ``span_finder`` (encoder-scored KB-vocabulary
+    n-grams), ``ner`` (the CNN NER shipped in the package, or ``ner_model``), ``ner-trf`` (the
+    shipped transformer tagger, or ``ner_model``); ``["ner", "span_finder"]`` (``"ner+span_finder"``):
+    the span finder adds what the NER missed. ``detector_configs``: settings by detector name
+    (``span_finder_config``: the span finder's, over any there).
     ``labels``: entity labels to link (empty: all); the ruler and span finder label their spans
     ``label`` (default: the first of ``labels``, else ``CONCEPT``). ``kb`` None: the embedded HPO KB.
     ``kb`` may also map entity labels to KB folders (``{"Disease": medic, "Chemical": mesh}``): one
@@ -82,34 +66,31 @@ def build_pipeline(
     nested mentions ("colitis" in "ulcerative colitis") in ``doc.spans["sapbert_nested"]``, which
     the linkers link too; ``doc.ents`` keeps the longest of overlapping ones.
     """
-    if detector not in DETECTORS:
-        raise ValueError(f"detector must be one of {DETECTORS}, got {detector!r}")
-    if nested is not None and not detector.endswith("span_finder"):
-        raise ValueError(f"nested mentions come from the span finder; detector {detector!r} has none")
+    kbs: Dict[str, Any] = {}
+    per_label = isinstance(kb, Mapping)
     if isinstance(kb, Mapping):
-        if detector not in ("ner", "ner-trf", "gold") or labels:
+        if labels:
             raise ValueError("a KB per label needs a labelling detector ('ner', 'ner-trf' or 'gold') and no 'labels'")
         kbs = {f"{LINKER}_{lab.lower()}": (str(path), [lab]) for lab, path in kb.items()}
-    else:
-        kbs = {}
+    configs = {name: dict(config) for name, config in (detector_configs or {}).items()}
+    configs["span_finder"] = {**configs.get("span_finder", {}), **(span_finder_config or {})}
+    context = DetectorContext(
+        kb=None if per_label else kb,  # type: ignore[arg-type]
+        label=None if per_label else label or (labels[0] if labels else "CONCEPT"),  # None: each detector's own labels
+        nested=nested, ner_model=ner_model, configs=configs, linker=LINKER, nested_key=NESTED_SPANS_KEY,
+    )
+    check_detectors(detector, context)  # an unknown detector or a missing model fails before anything loads
     if kb is None:
         from .hpo_kb import default_kb_path
 
         kb = default_kb_path(encoder)  # resolved here, so the linker's config names the folder
-    span_label = label or (labels[0] if labels else "CONCEPT")
-    ner = ner_detector(detector)
-    if ner is not None:
-        nlp = load_ner(ner_model or SHIPPED_NERS[ner], exclude=[LINKER])
-    else:
-        nlp = spacy.blank("en", config={"nlp": {"tokenizer": TOKENIZER_CONFIG}})  # spaCy's, with a chunk cache for biomedical text
-    if detector == "ruler":
-        add_ruler(nlp, kb, span_label)
-    if detector.endswith("span_finder"):
-        config: Dict[str, object] = {"linker": LINKER, "label": span_label}
-        if nested is not None:
-            config.update(resolve="all", spans_key=NESTED_SPANS_KEY, nested=nested)
-        config.update(span_finder_config or {})
-        nlp.add_pipe("sapbert_span_finder", config=config)
+        context = replace(context, kb=kb)
+    nlp = start_pipeline(detector, context)
+    configs_of = [nlp.get_pipe_config(name) for name in nlp.pipe_names]
+    if nested is not None and not any(c.get("spans_key") == NESTED_SPANS_KEY for c in configs_of):
+        raise ValueError(f"nested mentions come from the span finder; detector {detector!r} has none")
+    # a component that searches through the linker (the span finder scores its proposals there)
+    searches_linker = any(c.get("linker") == LINKER for c in configs_of)
     if abbreviations:
         nlp.add_pipe("sapbert_abbreviations")
     if negation:
@@ -119,8 +100,8 @@ def build_pipeline(
         add_negation(nlp, ent_types=list(labels) or None, span_keys=[NESTED_SPANS_KEY] if nested else None)
     for name, (kb_path, linked_labels) in (kbs or {LINKER: (str(kb), list(labels))}).items():
         config = {"kb": kb_path, "encoder": None if encoder is None else str(encoder), "labels": linked_labels}
-        if detector.endswith("span_finder"):
-            config["overlap"] = False  # the span finder looks its proposals up through the linker: they take turns on its cache
+        if searches_linker:
+            config["overlap"] = False  # it and the linker would take turns on the linker's cache
         if nested is not None:
             config["spans_key"] = NESTED_SPANS_KEY
         config.update(linker_config or {})

@@ -12,8 +12,8 @@ import queue
 import re
 import shutil
 import threading
-import time
 from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from itertools import chain, islice
 from pathlib import Path
@@ -42,7 +42,6 @@ SEARCH_PASS_QUERIES = 64
 # A worker keeps the words of the first documents it annotates (at most this many) in its vocabulary; later
 # shards drop theirs (``annotate_shard``)
 KEPT_WORDS_DOCS = 1000
-POLL_SECONDS = 0.05  # how often a run with shards in flight looks for finished ones
 CACHE_FOLDER = "mention-cache"  # a local run's mention caches, inside OUTPUT unless given elsewhere
 _OUR_FILES = re.compile(r"^(part-\d{5}\.(jsonl|pubtator|spacy)|manifest\.json|errors\.jsonl|\..*\.tmp)$")
 
@@ -414,48 +413,62 @@ def annotate_shard(
         return make_shard(index, results, output_format, linkers, progress)
 
 
+def _waitable(future: Any) -> "Future[Any]":
+    """``future`` as a ``concurrent.futures.Future``, which ``wait`` can wait on: a process pool's as it
+    is; Dask's (``wait`` cannot wait on it) mirrored by one that finishes when it does."""
+    if isinstance(future, Future):
+        return future
+    mirror: "Future[Any]" = Future()
+    future.add_done_callback(lambda _: mirror.set_result(None))
+    return mirror
+
+
 def tasks_in_flight(
     docs: Iterator[InputDocument], shard_size: int, start: int, window: int, submit: Callable[[int, List[InputDocument]], Any]
 ) -> Iterator[Any]:
     """Each shard of ``docs`` submitted (``submit(index, documents)`` returns a future: a process
-    pool's or Dask's), at most ``window`` waiting or running, and the futures yielded as they finish.
-    The input is read by a thread of its own, so a finished shard is yielded (and committed) even
-    while the input stalls (a pipe, a slow disk)."""
-    chunks: "queue.Queue[Any]" = queue.Queue(maxsize=1)
+    pool's or Dask's), at most ``window`` waiting or running, and the futures yielded as they finish
+    (those that finish together in shard order). The input is read by a thread of its own, so a
+    finished shard is yielded (and committed) even while the input stalls (a pipe, a slow disk): the
+    run waits (``concurrent.futures.wait``) on the shards in flight and, while there is room for
+    another, on the next chunk of input, whichever comes first."""
+    requests: "queue.Queue[Future[Any]]" = queue.Queue()
 
-    def read() -> None:
-        try:
-            while True:
+    def read() -> None:  # a daemon: a read stalled on a pipe does not keep a stopped run alive
+        while True:
+            slot = requests.get()  # the future the run waits on for the next chunk
+            try:
                 chunk = list(islice(docs, shard_size))
-                chunks.put(chunk)
-                if not chunk:
-                    return
-        except BaseException as e:  # raised below, in the run's thread
-            chunks.put(e)
+            except BaseException as e:  # raised in the run's thread, where it takes the chunk
+                slot.set_exception(e)
+                return
+            slot.set_result(chunk)
+            if not chunk:
+                return
+
+    def next_chunk() -> "Future[Any]":
+        slot: "Future[Any]" = Future()
+        requests.put(slot)
+        return slot
 
     threading.Thread(target=read, name="annotate-input", daemon=True).start()
-    running: Dict[Any, int] = {}  # future: shard index
-    index, exhausted = start, False
+    running: Dict["Future[Any]", Tuple[int, Any]] = {}  # waitable: (shard index, the submitted future)
+    index, exhausted, chunk = start, False, next_chunk()  # the next chunk is read while the run works
     while not exhausted or running:
-        if not exhausted and len(running) < window:
-            try:
-                chunk = chunks.get(timeout=POLL_SECONDS if running else None)
-            except queue.Empty:
-                chunk = None
-            if isinstance(chunk, BaseException):
-                raise chunk
-            if chunk == []:
+        room = not exhausted and len(running) < window
+        done, _ = wait(set(running) | ({chunk} if room else set()), return_when=FIRST_COMPLETED)
+        if room and chunk in done:
+            documents = chunk.result()  # the input's error, raised here
+            if not documents:
                 exhausted = True
-            elif chunk:
-                running[submit(index, chunk)] = index
+            else:
+                submitted = submit(index, documents)
+                running[_waitable(submitted)] = (index, submitted)
                 index += 1
+                chunk = next_chunk()
                 continue
-        done = sorted((f for f in running if f.done()), key=running.__getitem__)
-        for future in done:
-            del running[future]
-            yield future
-        if not done and running and (exhausted or len(running) >= window):
-            time.sleep(POLL_SECONDS)
+        for finished in sorted(done & running.keys(), key=lambda f: running[f][0]):
+            yield running.pop(finished)[1]
 
 
 # ---------------------------------------------------------------------------- the output folder

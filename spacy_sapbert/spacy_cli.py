@@ -3,7 +3,7 @@
 spaCy imports this module through the ``spacy_cli`` entry point when its CLI starts;
 nothing else imports it, so the registration happens only there.
 """
-from spacy.cli._util import app as spacy_app
+from spacy.cli import app as spacy_app
 
 from .cli import app
 

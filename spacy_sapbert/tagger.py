@@ -25,7 +25,6 @@ from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span
 from spacy.training import Example
-from spacy.util import minibatch
 from torch import nn
 
 from .bert import TOKENIZER_FILE, BertEncoder, load_bert, read_bert_config
@@ -39,6 +38,8 @@ from .encoder import (
     width_batches,
 )
 from .fileio import atomic_path, folder_from_bytes, folder_to_bytes, read_json, write_json
+from .overlap import pipe_predicted
+from .scoring import ENTS_SCORE_WEIGHTS
 
 TAGGER_FILE = "tagger.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -205,7 +206,7 @@ def wordpiece_tokenizer(folder: Path):
         "precision": "auto",
         "scorer": {"@scorers": "spacy.ner_scorer.v1"},
     },
-    default_score_weights={"ents_f": 1.0, "ents_p": 0.0, "ents_r": 0.0, "ents_per_type": None},
+    default_score_weights=ENTS_SCORE_WEIGHTS,
 )
 def make_sapbert_ner(
     nlp: Language,
@@ -416,13 +417,7 @@ class TransformerTagger(Pipe):
     def pipe(self, stream: Iterable[Doc], batch_size: int = 128) -> Iterator[Doc]:
         """Tag ``stream`` a batch of docs at a time (their windows share encoder batches); a batch
         that raises goes to the error handler (``nlp.set_error_handler``)."""
-        error_handler = self.get_error_handler()
-        for docs in minibatch(stream, size=batch_size):
-            try:
-                self.set_annotations(docs, self.predict(docs))
-                yield from docs
-            except Exception as e:
-                error_handler(self.name, self, docs, e)
+        return pipe_predicted(self, stream, batch_size)
 
     # ------------------------------------------------------------------ serialization
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:

@@ -5,18 +5,17 @@ from __future__ import annotations
 import pytest
 import spacy
 
-from spacy_sapbert.calibration import (
+from spacy_sapbert.evaluation.calibration import (
     Outcome,
     calibrate,
     calibrate_kb_folder,
     choose_threshold,
     evaluate_threshold,
     mention_outcomes,
-    store_calibration,
 )
 from spacy_sapbert.evaluation.datasets import Document, Mention
 from spacy_sapbert.records import ConceptRecord as R
-from spacy_sapbert.search import LinkingKB, store_fusion
+from spacy_sapbert.search import LinkingKB, store_calibration, store_fusion
 
 RECORDS = [
     R("HP:1", "Seizure", ["Epileptic seizure", "Convulsion"]),
@@ -238,3 +237,13 @@ def test_the_shipped_hpo_calibration_was_chosen_on_the_default_kb_of_this_revisi
     record = read_json(SHIPPED_HPO)
     assert record["kb"].startswith(f"hpo-{hpo_release()}-phenotypes-r{DEFAULT_KB_REVISION}-")
     assert record["kb"].endswith(record["encoder_fingerprint"][:12])
+
+
+def test_the_old_import_path_gives_the_same_names_with_a_deprecation_warning():
+    import spacy_sapbert.calibration as old
+    from spacy_sapbert.evaluation import calibration
+
+    with pytest.warns(DeprecationWarning, match="spacy_sapbert.evaluation.calibration"):
+        assert old.calibrate_kb_folder is calibration.calibrate_kb_folder
+    with pytest.raises(AttributeError):
+        old.no_such_name  # noqa: B018

@@ -46,7 +46,7 @@ def test_help_exits_0_with_nothing_after_it(command):
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "(app)")
 def test_help_under_spacys_cli(command):
-    from spacy.cli._util import app as spacy_app
+    from spacy.cli import app as spacy_app
 
     import spacy_sapbert.spacy_cli  # noqa: F401  (what spaCy's spacy_cli entry point imports: adds 'sapbert')
 

@@ -8,6 +8,7 @@ import torch
 from spacy_sapbert import encoder as encoder_module
 from spacy_sapbert.encoder import SapEncoder, resolve_encoder_path, resolve_precision
 from spacy_sapbert.index import NpyRows, VectorIndex, exact_top_k, recall_at_k, tune_nprobe
+from spacy_sapbert.index_kinds.flat import FlatIndex
 from spacy_sapbert.kb import ConceptKB, DuplicateConceptError
 from spacy_sapbert.records import ConceptRecord as R
 from spacy_sapbert.search import EncoderMismatchError, LinkingKB
@@ -685,10 +686,10 @@ def test_exact_search_with_fixed_passes_scores_a_query_as_it_does_alone():
 @pytest.fixture
 def small_shortlists(monkeypatch):
     """Shortlists on a test-sized index (small chunks), and the bf16 pass taken on any CPU."""
-    from spacy_sapbert import index as index_module
+    from spacy_sapbert.index_kinds import flat
 
-    monkeypatch.setattr(index_module, "SHORTLIST_MIN_NAMES", 1000)
-    monkeypatch.setattr(index_module, "SHORTLIST_CHUNK", 64)
+    monkeypatch.setattr(flat, "SHORTLIST_MIN_NAMES", 1000)
+    monkeypatch.setattr(flat, "SHORTLIST_CHUNK", 64)
     monkeypatch.setattr(encoder_module, "fast_bf16", lambda device: True)
 
 
@@ -708,7 +709,7 @@ def test_shortlist_search_returns_the_exact_top_k_and_refuses_a_damaged_copy(sma
     index = VectorIndex.build(data, kind="flat")
     assert index.meta["shortlist"] == "bf16"
     used = []
-    monkeypatch.setattr(VectorIndex, "_shortlist_search", lambda self, q, k, f=VectorIndex._shortlist_search: used.append(k) or f(self, q, k))
+    monkeypatch.setattr(FlatIndex, "_shortlist_search", lambda self, q, k, f=FlatIndex._shortlist_search: used.append(k) or f(self, q, k))
     scores, rows = index.search(queries, 20)
     assert used == [20]
     exact = (queries.astype(np.float64) @ data.astype(np.float64).T).astype(np.float32)
@@ -754,7 +755,7 @@ def test_shortlist_search_scores_a_query_as_it_does_alone_and_only_where_bf16_is
             part = index.search(queries[start : start + size], 10)
             assert (part[0] == together[0][start : start + size]).all() and (part[1] == together[1][start : start + size]).all()
     monkeypatch.setattr(encoder_module, "fast_bf16", lambda device: False)
-    monkeypatch.setattr(VectorIndex, "_shortlist_search", lambda *a: pytest.fail("bf16 pass on a CPU where bf16 is slower"))
+    monkeypatch.setattr(FlatIndex, "_shortlist_search", lambda *a: pytest.fail("bf16 pass on a CPU where bf16 is slower"))
     fp32 = index.search(queries, 10)
     np.testing.assert_allclose(fp32[0], together[0], atol=1e-6)  # the same top k (fp32 orders ties its own way)
     assert np.mean([set(a) == set(b) for a, b in zip(fp32[1], together[1])]) > 0.9

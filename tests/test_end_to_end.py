@@ -208,11 +208,29 @@ def test_threshold_sweep_scores_one_run_at_each_nil_threshold(mini_ncbi, tmp_pat
     assert strict["link_f1"] == 0 and strict["mention_f1"] == result["mention_f1"] and "--threshold 1.5" in strict["command"]
 
 
+def test_a_saved_pipeline_is_swept_with_threshold_0_in_its_config_and_scored_at_its_own(mini_ncbi, tmp_path, tiny_bert_path):
+    """``pipeline`` + ``threshold_sweep``: the saved pipeline is loaded with its linker's threshold 0
+    (a config override; the component is never changed after it is built), every swept threshold is
+    scored on that run, and the main scores are at the threshold the pipeline was saved with."""
+    from spacy_sapbert.evaluation.end_to_end import prepare_kb
+    from spacy_sapbert.pipelines import build_pipeline
+
+    folder, _ = prepare_kb("ncbi-disease", "ontology", tiny_bert_path, tmp_path, mini_ncbi, progress=False)
+    saved = tmp_path / "saved"
+    build_pipeline(folder, "ruler", encoder=tiny_bert_path, labels=["Disease"], linker_config={"threshold": 1.5}).to_disk(saved)
+    run = dict(data_dir=mini_ncbi, cache_dir=tmp_path, build_in_child=False, progress=False, pipeline=str(saved))
+    swept = evaluate_end_to_end("ncbi-disease", "ruler", "ontology", tiny_bert_path, threshold_sweep=(0.0, 1.5), **run)
+    plain = evaluate_end_to_end("ncbi-disease", "ruler", "ontology", tiny_bert_path, **run)
+    at_zero, at_saved = swept["threshold_sweep"]
+    assert at_zero["link_f1"] > 0 and at_saved["link_f1"] == swept["link_f1"] == plain["link_f1"] == 0
+    assert swept["threshold"] == plain["threshold"] == 1.5 and swept["mention_f1"] == plain["mention_f1"]
+
+
 def test_the_default_nil_threshold_is_chosen_on_the_dev_gold_mentions(mini_ncbi, tmp_path, tiny_bert_path):
     """A dictionary built for the test split has no calibration: its NIL threshold is the one
     ``calibrate_kb_folder`` chooses on the dev gold mentions against the dev run's dictionary,
     applied and recorded; a given threshold wins; a dev run links every span."""
-    from spacy_sapbert.calibration import calibrate_kb_folder
+    from spacy_sapbert.evaluation.calibration import calibrate_kb_folder
     from spacy_sapbert.evaluation.end_to_end import dev_calibration, load_documents, prepare_kb
 
     run = dict(data_dir=mini_ncbi, cache_dir=tmp_path, build_in_child=False, progress=False)
@@ -225,7 +243,7 @@ def test_the_default_nil_threshold_is_chosen_on_the_dev_gold_mentions(mini_ncbi,
     assert result["threshold"] == chosen["threshold"] and result["threshold_source"].startswith("chosen on the dev")
     assert "--threshold" not in result["command"]  # the command reproduces the choice, not its value
     settings = {"precision": "fp32", "device": "cpu"}
-    assert dev_calibration("ncbi-disease", "paper", tiny_bert_path, tmp_path, mini_ncbi, linker_config=settings, progress=False) == chosen
+    assert dev_calibration(dev_kb, "ncbi-disease", "paper", tiny_bert_path, tmp_path, mini_ncbi, linker_config=settings) == chosen
     given = evaluate_end_to_end("ncbi-disease", "ruler", "paper", tiny_bert_path, linker_config={"threshold": 0.0}, **run)
     assert given["threshold"] == 0.0 and given["threshold_source"] == "given" and given["dev_calibration"] is None
     on_dev = evaluate_end_to_end("ncbi-disease", "ruler", "paper", tiny_bert_path, split="dev", **run)

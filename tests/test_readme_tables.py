@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from spacy_sapbert.fileio import replace_between_markers
+
 START_MARKER, END_MARKER = "<!-- EVALUATION-TABLE:START -->", "<!-- EVALUATION-TABLE:END -->"
 
 
@@ -30,14 +32,14 @@ def test_readme_table_only_replaces_text_between_markers(tmp_path, tables):
     assert "Test CPU, 2 cores visible" in table
     readme = tmp_path / "README.md"
     readme.write_text(f"# Title\n\nintro\n{START_MARKER}\nold table\n{END_MARKER}\n\nrest\n", encoding="utf8")
-    tables.update_readme(readme, table)
+    tables.update_readme(readme, table, "EVALUATION-TABLE")
     text = readme.read_text(encoding="utf8")
     assert text.startswith("# Title\n\nintro\n" + START_MARKER + "\n") and text.endswith(END_MARKER + "\n\nrest\n")
     assert "old table" not in text and "exact match" in text
-    tables.update_readme(readme, table)
+    tables.update_readme(readme, table, "EVALUATION-TABLE")
     assert readme.read_text(encoding="utf8") == text  # idempotent
     with pytest.raises(ValueError, match="needs the markers"):
-        tables.replace_between_markers("no markers here", table)
+        replace_between_markers("no markers here", table, "EVALUATION-TABLE")
 
 
 

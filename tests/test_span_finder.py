@@ -8,7 +8,7 @@ from spacy_sapbert.normalize import american_spelling, content_keys, word_key
 from spacy_sapbert.pipelines import build_pipeline
 from spacy_sapbert.records import ConceptRecord as R
 from spacy_sapbert.search import LinkingKB
-from spacy_sapbert.span_finder import NameIndex, is_acronym, name_head, propose
+from spacy_sapbert.span_proposals import NameIndex, is_acronym, name_head, propose
 
 RECORDS = [
     R("D:1", "Breast cancer", ["Carcinoma of the breast"]),
@@ -30,7 +30,7 @@ def kb_path(kb_folder):
 def finder_nlp(kb_path, encoder_path, **span_finder):
     return build_pipeline(
         kb_path, "span_finder", encoder=encoder_path, label="DISEASE", linker_config=FP32,
-        span_finder_config={"threshold": 0.0, "partial_threshold": 0.0, "max_generic_share": 1.0, **span_finder},
+        span_finder_config={"min_exact_score": 0.0, "min_partial_score": 0.0, "max_generic_share": 1.0, **span_finder},
     )
 
 
@@ -164,7 +164,7 @@ def test_a_british_spelling_scores_as_its_american_one(kb_path, tiny_bert_path, 
     assert american_spelling("Tumours and anaemia") == "tumors and anemia"
     assert american_spelling("Tumourigenesis, behavioural") == "tumorigenesis, behavioral"
     assert american_spelling("four hours, a contour, resources") == "four hours, a contour, resources"
-    nlp = finder_nlp(kb_path, tiny_bert_path, threshold=0.9)
+    nlp = finder_nlp(kb_path, tiny_bert_path, min_exact_score=0.9)
     finder = nlp.get_pipe("sapbert_span_finder")
     monkeypatch.setattr(finder, "_scores", lambda texts: {t: 1.0 if t == "tumors" else 0.5 for t in texts})
     assert [e.text for e in nlp("Two tumours.").ents] == ["tumours"]
@@ -172,7 +172,7 @@ def test_a_british_spelling_scores_as_its_american_one(kb_path, tiny_bert_path, 
 
 def test_a_coordination_is_kept_when_each_of_its_parts_matches(kb_path, tiny_bert_path, monkeypatch):
     """The whole "breast and ovarian cancer" is no KB name; its parts are, as the linker splits it."""
-    nlp = finder_nlp(kb_path, tiny_bert_path, threshold=0.9, partial_threshold=0.9)
+    nlp = finder_nlp(kb_path, tiny_bert_path, min_exact_score=0.9, min_partial_score=0.9)
     finder = nlp.get_pipe("sapbert_span_finder")
     monkeypatch.setattr(finder, "name_index", lambda: NameIndex(["Breast cancer", "Ovarian cancer"]))
     for part_scores, expected in (({"ovarian cancer": 1.0, "breast cancer": 0.95}, ["breast and ovarian cancer"]),
@@ -181,10 +181,10 @@ def test_a_coordination_is_kept_when_each_of_its_parts_matches(kb_path, tiny_ber
         assert [e.text for e in nlp("Women with breast and ovarian cancer.").ents] == expected
 
 
-def test_threshold_lets_the_encoder_reject_proposals(kb_path, tiny_bert_path):
-    nlp = finder_nlp(kb_path, tiny_bert_path, threshold=1.5, partial_threshold=1.5)
+def test_min_scores_let_the_encoder_reject_proposals(kb_path, tiny_bert_path):
+    nlp = finder_nlp(kb_path, tiny_bert_path, min_exact_score=1.5, min_partial_score=1.5)
     assert list(nlp("Two tumours and breast cancer.").ents) == []
-    nlp = finder_nlp(kb_path, tiny_bert_path, threshold=0.0, partial_threshold=1.5)
+    nlp = finder_nlp(kb_path, tiny_bert_path, min_exact_score=0.0, min_partial_score=1.5)
     assert [e.text for e in nlp("Abnormality of left, breast cancer.").ents] == ["breast cancer"]
 
 
@@ -211,7 +211,7 @@ def test_a_linker_in_its_own_thread_shares_the_span_finders_cache_safely(kb_path
 
     def run(**linker):
         nlp = build_pipeline(kb_path, "span_finder", encoder=tiny_bert_path, label="DISEASE", linker_config={**FP32, **linker},
-                             span_finder_config={"threshold": 0.0, "partial_threshold": 0.0, "max_generic_share": 1.0})
+                             span_finder_config={"min_exact_score": 0.0, "min_partial_score": 0.0, "max_generic_share": 1.0})
         assert nlp.get_pipe("sapbert_linker").overlap is bool(linker.get("overlap"))
         prepare_pipeline(nlp, max_chars=1000)
         return [[(e.text, e.kb_id_, e._.cui_candidates) for e in d.ents] for d in nlp.pipe(texts, batch_size=2)]
@@ -237,12 +237,12 @@ def test_needs_a_linker_and_says_so(kb_path):
 
 
 def test_saved_pipeline_finds_the_same_spans(kb_path, tiny_bert_path, tmp_path):
-    nlp = finder_nlp(kb_path, tiny_bert_path, threshold=0.1)
+    nlp = finder_nlp(kb_path, tiny_bert_path, min_exact_score=0.1)
     texts = ["Two tumours and type C brachydactyly.", "", "Anaemia, then breast cancer."]
     before = [[(e.text, e.kb_id_) for e in d.ents] for d in nlp.pipe(texts)]
     nlp.to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline")
-    assert loaded.get_pipe("sapbert_span_finder").threshold == 0.1
+    assert loaded.get_pipe("sapbert_span_finder").min_exact_score == 0.1
     assert [[(e.text, e.kb_id_) for e in d.ents] for d in loaded.pipe(texts)] == before
     assert any(before)
 
@@ -327,7 +327,7 @@ def test_nested_mentions_in_a_span_group_the_linker_links(kb_path, tiny_bert_pat
 
     def run(nested):
         nlp = build_pipeline(kb_path, "span_finder", encoder=tiny_bert_path, label="DISEASE", linker_config=FP32, nested=nested,
-                             negation=True, span_finder_config={"threshold": 0.0, "partial_threshold": 0.0, "max_generic_share": 1.0})
+                             negation=True, span_finder_config={"min_exact_score": 0.0, "min_partial_score": 0.0, "max_generic_share": 1.0})
         return nlp, nlp(text)
 
     nlp, doc = run("all")

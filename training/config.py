@@ -10,7 +10,9 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 
 
 def parse_overrides(args: List[str]) -> Dict[str, Any]:
-    """``--section.key value`` pairs (spaCy's syntax) to a dict of overrides."""
+    """``--section.key value`` pairs (spaCy's syntax) to a dict of overrides. spaCy's own parser, which
+    ``spacy train`` uses (``--x.y=v``, JSON values, the ``SPACY_CONFIG_OVERRIDES`` variable), is not in
+    its public API: this is the one place that imports it, so that ours never parses differently."""
     from spacy.cli._util import parse_config_overrides
 
     return parse_config_overrides(args)

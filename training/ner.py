@@ -397,11 +397,12 @@ def train(
     output_dir: Path = typer.Argument(Path("training_runs/ner")),
 ) -> None:
     """spaCy's training with the config's time budget; extra ``--section.key value`` pairs override it."""
-    from spacy.cli._util import parse_config_overrides
     from spacy.cli.train import train as spacy_train
     from spacy.util import load_config
 
-    overrides = parse_config_overrides(ctx.args)
+    from .config import parse_overrides
+
+    overrides = parse_overrides(ctx.args)
     if "paths.log" not in overrides:
         overrides["paths.log"] = str(output_dir / "log.jsonl")
     log = Path(overrides["paths.log"]) if overrides["paths.log"] else None

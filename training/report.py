@@ -14,8 +14,7 @@ from typing import Dict, List
 
 import typer
 
-from benchmarks.readme_tables import update_readme
-from spacy_sapbert.fileio import read_json
+from spacy_sapbert.fileio import read_json, rewrite_between_markers
 from spacy_sapbert.machine import machine_description
 
 from .plot import plot_accuracy
@@ -79,7 +78,7 @@ def main(
         raise typer.BadParameter(f"{curve} has no benchmark results with minutes; run training.dev_eval --run first")
     plot_accuracy(series, png)
     command = f"python -m training.report {run} {curve}"
-    update_readme(readme, render(run, rows, png, command, readme.parent), block="TRAINING-CURVE")
+    rewrite_between_markers(readme, render(run, rows, png, command, readme.parent), block="TRAINING-CURVE")
     typer.echo(f"wrote {png} and the README's training block")
 
 

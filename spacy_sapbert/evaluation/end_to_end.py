@@ -22,6 +22,7 @@ training annotations). Gold ids follow the gold-span harness (``select_gold_ids`
 """
 from __future__ import annotations
 
+import copy
 import json
 import multiprocessing
 import shlex
@@ -205,8 +206,8 @@ def summarize_counts(c: Counts) -> Dict[str, float]:
 def predicted_spans(doc, linker, nested: bool = True) -> List[PredictedSpan]:
     """The spans ``linker`` linked in ``doc`` with the concepts it decided: ``span._.cui`` or, for a
     split composite mention, each part's best candidate that the linker's own rule (``best``:
-    threshold, ambiguous names) accepts, by the linker's settings now (a threshold raised after the
-    run leaves a span below it without a concept). ``nested``: also the spans of its span group
+    threshold, ambiguous names) accepts, by ``linker``'s settings (given ``_deciding_at``'s copy at a
+    higher threshold than the run's, a span below it is left without a concept). ``nested``: also the spans of its span group
     (nested mentions), else ``doc.ents`` only. Each character span counts once either way."""
     from ..search import Candidate
 
@@ -218,7 +219,7 @@ def predicted_spans(doc, linker, nested: bool = True) -> List[PredictedSpan]:
             continue
         cui = span._.get(linker.cui_attr)
         if cui is not None and linker.best([Candidate(*c) for c in span._.get(linker.candidates_attr)[:1]]) is None:
-            cui = None  # below the linker's threshold as it is now (a threshold sweep raises it after the run)
+            cui = None  # below the deciding threshold (a threshold sweep decides above the run's)
         concepts: Tuple[str, ...] = ()
         if cui is not None:
             parts = (span._.get(parts_attr) if parts_attr else None) or []
@@ -265,29 +266,28 @@ def prepare_kb(
 
 
 def dev_calibration(
+    dev_kb: str,
     dataset: str,
     dictionary: str,
     encoder_path: Optional[PathLike],
     cache_dir: PathLike,
     data_dir: PathLike = datasets.DEFAULT_DATA_DIR,
-    resources_dir: PathLike = datasets.DEFAULT_RESOURCES_DIR,
     linker_config: Optional[Mapping[str, object]] = None,
-    progress: bool = True,
     context_examples: str = "self",
 ) -> Dict[str, object]:
-    """The NIL threshold for a dictionary built here, chosen as a KB's calibration is
+    """The NIL threshold for a dictionary built here (``dev_kb``: its KB folder as a dev run has it,
+    ``prepare_kb(..., split="dev")``), chosen as a KB's calibration is
     (``calibration.calibrate``, what ``calibrate`` stores in a KB) on the dataset's dev gold
     mentions, against the dictionary as a dev run has it (the *paper* lexicon: train mentions
     only). Chosen again on every run (seconds): it depends on the linker's code, not only on data."""
-    from ..calibration import calibrate_kb_folder
+    from .calibration import calibrate_kb_folder
 
     settings = dict(linker_config or {})
-    precision = str(settings.get("precision", "fp32"))
-    folder, _ = prepare_kb(dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, precision, 128, progress, "dev")
     if settings.get("context_weight"):  # the dev run's prototypes, as the gold-span evaluation of dev builds them
-        _store_prototypes(folder, dataset, encoder_path, cache_dir, data_dir, precision, "dev", context_examples)
+        _store_prototypes(dev_kb, dataset, encoder_path, cache_dir, data_dir, str(settings.get("precision", "fp32")), "dev",
+                          context_examples)
     documents = load_documents(dataset, "dev", data_dir)
-    record = calibrate_kb_folder(folder, documents, f"{dataset} dev gold mentions ({len(documents)} documents), {dictionary} dictionary "
+    record = calibrate_kb_folder(dev_kb, documents, f"{dataset} dev gold mentions ({len(documents)} documents), {dictionary} dictionary "
                                  "as a dev run has it", label=SPECS[dataset].label, encoder=encoder_path, store=False,
                                  linker_config=settings)
     record.pop("curve", None)
@@ -309,8 +309,8 @@ def _prepare(dataset: str, dictionary: str, encoder_path: Optional[PathLike], ca
         info["context_prototypes"] = _store_prototypes(folder, dataset, encoder_path, cache_dir, data_dir, precision, split, context_examples)
     calibration = None
     if split == "test" and settings.get("threshold") is None and read_json(Path(folder) / META_FILE).get(CALIBRATION_KEY) is None:
-        calibration = dev_calibration(dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, settings, progress,
-                                      context_examples)
+        dev_kb, _ = prepare_kb(dataset, dictionary, encoder_path, cache_dir, data_dir, resources_dir, precision, 128, progress, "dev")
+        calibration = dev_calibration(dev_kb, dataset, dictionary, encoder_path, cache_dir, data_dir, settings, context_examples)
     return folder, info, calibration
 
 
@@ -327,15 +327,38 @@ def _store_prototypes(folder: str, dataset: str, encoder_path: Optional[PathLike
     return {"examples": examples, "concepts": len(prototypes), **prototypes.meta["sources"]}  # type: ignore[dict-item]
 
 
+def _pick_linker(linkers: Sequence[Tuple[str, Collection[str]]], label: str) -> str:
+    """Of a pipeline's linkers (name, labels, in pipeline order): the one that links ``label`` (a
+    linker of every label if none names it)."""
+    found = [name for name, labels in linkers if label in labels] or [name for name, labels in linkers if not labels]
+    if not found:
+        raise ValueError(f"the pipeline has no sapbert_linker for {label!r} entities (linkers: {[name for name, _ in linkers]})")
+    return found[0]
+
+
 def linker_for_label(nlp, label: str):
     """The saved pipeline's linker that links ``label`` (a linker of every label if none names it)."""
     from ..linker import SapBertLinker
 
-    linkers = [proc for _, proc in nlp.pipeline if isinstance(proc, SapBertLinker)]
-    found = [lk for lk in linkers if label in lk.labels] or [lk for lk in linkers if not lk.labels]
-    if not found:
-        raise ValueError(f"the pipeline has no sapbert_linker for {label!r} entities (linkers: {[lk.name for lk in linkers]})")
-    return found[0]
+    linkers = [(name, proc) for name, proc in nlp.pipeline if isinstance(proc, SapBertLinker)]
+    return nlp.get_pipe(_pick_linker([(name, lk.labels) for name, lk in linkers], label))
+
+
+def _linker_name_in_config(config: Mapping[str, object], label: str) -> str:
+    """``linker_for_label``'s choice read from a saved pipeline's config, before it is loaded."""
+    disabled = set(config["nlp"].get("disabled") or ())  # type: ignore[index]
+    components = config["components"].items()  # type: ignore[index]
+    return _pick_linker([(name, c.get("labels") or ()) for name, c in components
+                         if c.get("factory") == "sapbert_linker" and name not in disabled], label)
+
+
+def _deciding_at(linker, threshold: Optional[float]):
+    """A shallow copy of ``linker`` that decides (``best``) at the NIL ``threshold`` (None: the KB's
+    calibrated one): a threshold sweep scores one run at several thresholds with it, and the component
+    that ran keeps the threshold its config gave it."""
+    judge = copy.copy(linker)
+    judge.threshold = threshold
+    return judge
 
 
 def _in_child(fn, *args):
@@ -394,7 +417,8 @@ def evaluate_end_to_end(
     it is instead of one assembled here: its linker for the dataset's label is scored, against the
     KB it carries (``detector`` and ``dictionary`` then only name the row). ``threshold_sweep``: the
     linker's NIL threshold values to score the same run at (``threshold_sweep`` in the result; the
-    pipeline runs with threshold 0, and the main scores are at the configured one): run on
+    pipeline is built or loaded with threshold 0 in its linker's config, and the main scores are at
+    the configured one): run on
     ``split="dev"`` to choose one. A ``context_weight`` in ``linker_config`` reranks by context against
     the prototypes the gold-span evaluation builds (``runner.context_prototypes`` of ``context_examples``).
 
@@ -404,22 +428,20 @@ def evaluate_end_to_end(
     """
     import spacy
 
+    from ..detectors import DetectorContext, check_detectors, detector_names, registered_detectors
     from ..machine import machine_description, peak_rss_mb
-    from ..pipelines import DETECTORS as PIPELINE_DETECTORS
-    from ..pipelines import SHIPPED_NERS, build_pipeline, ner_detector
+    from ..pipelines import build_pipeline
     from .gold_spans import find_linker
     from .runner import DICTIONARIES, set_threads
 
-    if detector not in PIPELINE_DETECTORS or detector == "gold":
-        raise ValueError(f"detector must be one of {[d for d in PIPELINE_DETECTORS if d != 'gold']}, got {detector!r}")
+    if detector_names(detector) == ["gold"]:  # (an unknown name raises there)
+        raise ValueError(f"detector must be one of {[d for d in registered_detectors() if d != 'gold']}, got {detector!r}")
     if dictionary not in DICTIONARIES:
         raise ValueError(f"dictionary must be one of {DICTIONARIES}, got {dictionary!r}")
     spec = SPECS.get(dataset)
     if spec is None:
         raise ValueError(f"unknown benchmark {dataset!r}; choose one of {sorted(SPECS)}")
-    ner = ner_detector(detector)
-    if ner is not None and ner_model is None and not SHIPPED_NERS[ner].exists():
-        raise FileNotFoundError(f"no shipped NER pipeline at {SHIPPED_NERS[ner]}: train it (spacy project run train-{ner}) or pass ner_model")
+    check_detectors(detector, DetectorContext(ner_model=ner_model))  # a shipped NER not trained yet fails here
     if split not in ("dev", "test"):
         raise ValueError(f"split must be 'dev' or 'test', got {split!r}")
     documents = load_documents(dataset, split, data_dir)
@@ -437,14 +459,22 @@ def evaluate_end_to_end(
 
     set_threads(threads)
     t1 = time.perf_counter()
+    sweep_run = {"threshold": 0.0} if threshold_sweep else {}  # every span gets its best concept; each swept threshold then decides
+    configured = settings.get("threshold")  # with a sweep, the threshold the main scores are at
     if pipeline is None:
         nlp = build_pipeline(
             kb_folder, detector, encoder=encoder_path, labels=[spec.label], ner_model=ner_model,
-            abbreviations=abbreviations, linker_config=settings, span_finder_config=span_finder_config, nested=nested,
+            abbreviations=abbreviations, linker_config={**settings, **sweep_run}, span_finder_config=span_finder_config, nested=nested,
         )
         linker = find_linker(nlp)
     else:
-        nlp = spacy.load(pipeline)
+        overrides: Dict[str, object] = {}
+        if threshold_sweep:
+            config = spacy.util.load_config(Path(pipeline) / "config.cfg")
+            name = _linker_name_in_config(config, spec.label)
+            configured = config["components"][name].get("threshold")
+            overrides = {f"components.{name}.{key}": value for key, value in sweep_run.items()}
+        nlp = spacy.load(pipeline, config=overrides)
         linker = linker_for_label(nlp, spec.label)
     linker.initialize()
     load_s = time.perf_counter() - t1
@@ -453,24 +483,21 @@ def evaluate_end_to_end(
         kb_info = {"pipeline": str(pipeline), "linker": linker.name, "concepts": len(kb.concept_ids), "names": len(kb.display_names)}
     list(nlp.pipe(warmup, batch_size=batch_size))
     linker.set_kb(linker.linking_kb, linker.encoder)  # empties its cache: the test texts start cold
-    configured = linker.threshold
-    if threshold_sweep:
-        linker.threshold = 0.0  # every span gets its best concept; each swept threshold then decides
     t2 = time.perf_counter()
     docs = list(nlp.pipe([d.text for d in documents], batch_size=batch_size))
     pipe_s = time.perf_counter() - t2
 
     aliases = linker.linking_kb.kb.concept_aliases()
 
-    def counts_at(threshold: Optional[float]) -> Counts:
-        linker.threshold = threshold
+    def counts_with(judge) -> Counts:
         total = Counts()
         for document, doc in zip(documents, docs):
-            total.add(score_document(gold_spans(document), predicted_spans(doc, linker), aliases))
+            total.add(score_document(gold_spans(document), predicted_spans(doc, judge), aliases))
         return total
 
-    sweep = [{"threshold": t, **summarize_counts(counts_at(t))} for t in threshold_sweep]
-    total = counts_at(configured)
+    sweep = [{"threshold": t, **summarize_counts(counts_with(_deciding_at(linker, t)))} for t in threshold_sweep]
+    deciding = _deciding_at(linker, configured) if threshold_sweep else linker  # without a sweep it ran at the configured one
+    total = counts_with(deciding)
     gold_not_token_aligned = sum(doc.char_span(g.start, g.end) is None for document, doc in zip(documents, docs)
                                  for g in gold_spans(document))
 
@@ -535,7 +562,7 @@ def evaluate_end_to_end(
         "linker_config": linker_config or {},
         "span_finder_config": span_finder_config or {},
         "nested": nested,
-        "threshold": linker.effective_threshold,
+        "threshold": deciding.effective_threshold,
         "threshold_source": threshold_source,
         "dev_calibration": calibration,
         "fusion_weight": linker.effective_fusion_weight,

@@ -1,0 +1,295 @@
+"""``flat``: exact search over float32 vectors, as a torch matrix product (the default kind).
+
+The vectors live in a FAISS ``IndexFlat`` (so the file is the one FAISS writes and maps), but search
+is ours: the faiss-cpu wheel's BLAS path is slow on the CPUs measured, torch's matmul is not
+(``benchmarks/flat_search.py``). A big index keeps a bf16 copy too (the shortlist, below).
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import ClassVar, Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..fileio import atomic_path
+from ..registries import index_kinds
+from .base import INDEX_META
+from .faiss_base import FaissIndex
+
+# A flat index of at least this many names keeps a bf16 copy of its vectors (``SHORTLIST_FILE``):
+# where bf16 is the faster choice (``fast_bf16``: AMX), exact search scores every name in bf16 first and
+# re-scores in fp32 only the names that bf16 rounding could have put in the top k (``FlatIndex._shortlist_search``):
+# the same top k, at twice the speed on the MeSH chemicals (benchmarks/flat_search.py).
+SHORTLIST_MIN_NAMES = 200_000  # below it the fp32 pass is as fast (MEDIC, 72k names: slower with the shortlist)
+SHORTLIST_FILE = "shortlist.bf16.npy"  # uint16 bit patterns of bf16, padded with zero rows to whole chunks
+SHORTLIST_CHUNK = 1024  # names per chunk: the search keeps the chunks whose best bf16 score could matter
+TOP_K_CHUNK = 64  # columns per chunk for ``_top_k``: the k chunks with the best maxima hold a row's k best scores
+# Bound on |bf16 score - fp32 score| per unit of |q|·|x|: both vectors rounded to bf16 (2u + u²), the
+# sum rounded to bf16 (u(1 + u)²), u = 2^-8; plus fp32 accumulation (under 2e-4 up to 3,000 dimensions).
+BF16_UNIT = 2.0**-8
+SHORTLIST_ERROR = 3 * BF16_UNIT + 3 * BF16_UNIT**2 + BF16_UNIT**3 + 2e-4
+
+
+@index_kinds.register("flat")
+class FlatIndex(FaissIndex):
+    """Exact inner-product search; keeps its vectors whole (``stored_vectors``) and, up to
+    ``NEIGHBOURS_MAX_NAMES``, each name's own search result (the neighbour table)."""
+
+    factory = "Flat"
+    faiss_class = "IndexFlat"
+    exact = True
+    neighbours_by_default = True
+    # Chosen on ``benchmarks/umls_scale.py`` (958,846 real name vectors, 1 thread): exact search up to a
+    # million names, where its vectors still fit in ~1.5 GB (beyond: ``ivf-pq``).
+    auto_names: ClassVar[Optional[Tuple[int, Optional[int]]]] = (0, 1_000_000)
+    auto_reason = "exact search, while its float32 vectors fit in memory (~1.5 GB a million names)"
+    transient: ClassVar[Tuple[str, ...]] = ("_gpu_index", "_device_base", "_shortlist", "_scores")
+
+    def __init__(self, index, meta: Dict[str, object]):
+        super().__init__(index, meta)
+        self._device_base = None  # the float32 vectors copied to the GPU, when one is used
+        self._shortlist = None  # the bf16 copy (torch, padded to whole chunks): mapped or made once
+        self._scores = None  # the score buffer, kept for the next search (``_scores_out``)
+
+    @classmethod
+    def create(cls, kind: str, chunks: Sequence[np.ndarray], dim: int, n: int, seed: int = 0,
+               nprobe: Optional[int] = None) -> "FlatIndex":
+        created = super().create(kind, chunks, dim, n, seed=seed, nprobe=nprobe)
+        if n >= SHORTLIST_MIN_NAMES:
+            created.meta.update(shortlist="bf16", max_norm=0.0)  # the norm: the largest added (``add_vectors``)
+        return created  # type: ignore[return-value]
+
+    def add_vectors(self, vectors: np.ndarray) -> None:
+        if self.meta.get("shortlist"):
+            norm = float(np.sqrt(np.einsum("nd,nd->n", vectors, vectors, dtype=np.float64).max()))
+            self.meta["max_norm"] = max(float(self.meta["max_norm"]), norm)  # type: ignore[arg-type]
+            self._shortlist = None
+        super().add_vectors(vectors)
+
+    def use_device(self, device: str) -> None:
+        """Search on ``device`` (e.g. ``cuda:0``): the float32 vectors are copied there once (1.5 KB a
+        name at 384 dimensions) and search stays exact, as on the CPU."""
+        self.device = str(device)
+        self._device_base = None
+        self._gpu_index = None
+
+    def stored_vectors(self, rows: Sequence[int]) -> Optional[np.ndarray]:
+        rows = np.asarray(rows, dtype=np.int64)
+        return np.array(self._flat_vectors().numpy()[rows], dtype=np.float32)
+
+    def save_files(self, path: Path) -> None:
+        super().save_files(path)
+        if self.meta.get("shortlist"):
+            self._write_shortlist(path / SHORTLIST_FILE)
+
+    @classmethod
+    def load(cls, path: Path, meta: Dict[str, object], mmap: bool) -> "FlatIndex":
+        loaded = super().load(path, meta, mmap)
+        if meta.get("shortlist"):
+            loaded._shortlist = _read_shortlist(path, len(loaded), loaded.dim, mmap)  # type: ignore[attr-defined]
+        return loaded  # type: ignore[return-value]
+
+    def _write_shortlist(self, target: Path) -> None:
+        """The bf16 copy as uint16 bit patterns in one ``.npy``, a block at a time, then renamed."""
+        import torch
+
+        short = self._shortlist_matrix()
+        with atomic_path(target) as tmp:
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint16, shape=tuple(short.shape))
+            for at in range(0, short.shape[0], 65536):
+                out[at : at + 65536] = short[at : at + 65536].view(torch.int16).numpy().view(np.uint16)
+            out.flush()
+            del out
+
+    def _flat_vectors(self):
+        """The index's own float32 vectors as a torch tensor (no copy: possibly mapped)."""
+        import faiss
+        import torch
+
+        n, d = len(self), self.dim
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # a read-only mapping; we never write to it
+            return torch.from_numpy(faiss.rev_swig_ptr(self.index.get_xb(), n * d).reshape(n, d))
+
+    def _shortlist_matrix(self):
+        """The bf16 copy of the vectors, zero rows padding it to whole chunks: the mapped
+        ``SHORTLIST_FILE``, or (an index built in memory) converted once here."""
+        import torch
+
+        if self._shortlist is None:
+            n, d = len(self), self.dim
+            padded = torch.zeros(_whole_chunks(n), d, dtype=torch.bfloat16)
+            padded[:n] = self._flat_vectors()
+            self._shortlist = padded
+        return self._shortlist
+
+    def search_vectors(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Exact search as a torch matmul + top-k over the index's own (possibly mapped) vectors.
+
+        Same results as FAISS' flat search and much faster here (``benchmarks/flat_search.py``).
+        An index with a bf16 shortlist searches through it where bf16 is the faster choice
+        (``fast_bf16``: AMX; ``_shortlist_search``).
+        """
+        import torch
+
+        from ..encoder import fast_bf16, fixed_passes
+
+        n = len(self)
+        on_cpu = self.device == "cpu"
+        shortlist = self.meta.get("shortlist") == "bf16" and k <= _whole_chunks(n) // SHORTLIST_CHUNK
+        if on_cpu and shortlist and fast_bf16(torch.device("cpu")):
+            return self._shortlist_search(queries, k)
+        base = self._flat_vectors()
+        if not on_cpu:
+            if self._device_base is None:
+                self._device_base = base.to(self.device)
+            base = self._device_base
+        block = self.pass_queries or max(1, int(5e7 // n))  # about 200 MB of scores at a time
+        scores, rows = [], []
+        buffer, self._scores = self._scores, None  # taken while in use: a concurrent search makes its own
+        with torch.inference_mode():
+            for q in _query_blocks(queries, block):
+                m = len(q)
+                q = fixed_passes({"q": q}, self.pass_queries)["q"]
+                if on_cpu:
+                    buffer, sims = _scores_out(buffer, len(q), n, torch.float32)
+                    torch.mm(q, base.T, out=sims)
+                else:
+                    sims = q.to(self.device) @ base.T
+                values, indices = _top_k(sims[:m], k) if on_cpu else torch.topk(sims[:m], k, dim=1)
+                scores.append(values.cpu().numpy())
+                rows.append(indices.cpu().numpy())
+        self._scores = buffer
+        return np.concatenate(scores), np.concatenate(rows).astype(np.int64)
+
+    def _shortlist_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Exact top ``k`` from a bf16 pass over every name and fp32 scores of a few.
+
+        A bf16 score is within ``SHORTLIST_ERROR`` · |q| · max |x| of the fp32 one (``margin`` is twice
+        that). The k-th best chunk maximum is a floor under the k-th best bf16 score, so only chunks
+        whose maximum reaches the floor less the margin can hold a top-k name; within them, every
+        name whose bf16 score reaches the k-th best less the margin is scored exactly (float64 sums,
+        each name on its own, so the result does not depend on the other queries), and the best
+        ``k`` are kept, ties by row.
+        """
+        import torch
+
+        from ..encoder import fixed_passes
+
+        n = len(self)
+        base, short = self._flat_vectors(), self._shortlist_matrix()
+        n_chunks = short.shape[0] // SHORTLIST_CHUNK
+        block = self.pass_queries or max(1, int(1e8 // short.shape[0]))  # about 200 MB of bf16 scores at a time
+        scores, rows = [], []
+        buffer, self._scores = self._scores, None  # taken while in use: a concurrent search makes its own
+        with torch.inference_mode():
+            for q in _query_blocks(queries, block):
+                m = len(q)
+                margin = (2 * SHORTLIST_ERROR * float(self.meta.get("max_norm", 1.0))) * q.norm(dim=1, keepdim=True)  # type: ignore[arg-type]
+                passes = fixed_passes({"q": q}, self.pass_queries)["q"].to(torch.bfloat16)
+                buffer, sims = _scores_out(buffer, len(passes), short.shape[0], torch.bfloat16)
+                sims = torch.mm(passes, short.T, out=sims)[:m]
+                sims[:, n:] = -torch.inf
+                by_chunk = sims.view(m, n_chunks, SHORTLIST_CHUNK)
+                # the chunk maxima as int16 bit patterns, faster than bf16's: the same order for every
+                # chunk holding a score >= 0; a chunk of negative scores only gets an underestimate,
+                # which matters only where the floor below is negative: then the bf16 maxima
+                best = by_chunk.view(torch.int16).amax(2).view(torch.bfloat16).float()
+                kth_chunk = torch.topk(best, k, dim=1).values[:, -1:]
+                if bool((kth_chunk < margin).any()):
+                    best = by_chunk.amax(2).float()
+                    kth_chunk = torch.topk(best, k, dim=1).values[:, -1:]
+                floor = kth_chunk - margin
+                query, row = [], []
+                for i in range(m):  # per query: how many chunks can matter varies a lot
+                    chunks = torch.nonzero(best[i] >= floor[i]).squeeze(1)
+                    kept = by_chunk[i, chunks].float()
+                    high = kept[kept >= kth_chunk[i]]  # at least k scores (the k best chunks' maxima): the k best among them
+                    chunk, pos = torch.nonzero(kept >= torch.topk(high, k).values[-1] - margin[i], as_tuple=True)
+                    row.append(chunks[chunk] * SHORTLIST_CHUNK + pos)
+                    query.append(torch.full((len(pos),), i))
+                query, row = torch.cat(query), torch.cat(row)
+                exact = _exact_scores(base, q, query, row)
+                query, row = query.numpy(), row.numpy()
+                order = np.lexsort((row, -exact, query))  # by query, best first, ties by row
+                rank = np.arange(len(order)) - np.searchsorted(query[order], query[order])
+                top = order[rank < k]
+                scores.append(exact[top].reshape(m, k))
+                rows.append(row[top].reshape(m, k))
+        self._scores = buffer
+        return np.concatenate(scores), np.concatenate(rows).astype(np.int64)
+
+
+def _query_blocks(queries: np.ndarray, block: int):
+    """The queries as torch tensors of ``block`` rows (the last one shorter), without copies."""
+    import torch
+
+    for start in range(0, len(queries), block):
+        yield torch.from_numpy(queries[start : start + block])
+
+
+def _scores_out(buffer, rows: int, cols: int, dtype) -> tuple:
+    """(buffer, a (rows, cols) view of it) for one product's scores: ``buffer`` (a flat tensor kept
+    from the last search) reused where it is big enough, else a new one: a new block of scores per
+    search cost more in page faults than the product itself (``benchmarks/flat_search.py``)."""
+    import torch
+
+    if buffer is None or buffer.dtype != dtype or buffer.numel() < rows * cols:
+        buffer = torch.empty(rows * cols, dtype=dtype)
+    return buffer, buffer[: rows * cols].view(rows, cols)
+
+
+def _top_k(sims, k: int) -> tuple:
+    """``torch.topk(sims, k, dim=1)``'s values (its indices too, but for ties), from one pass over
+    the scores: each row's maxima of ``TOP_K_CHUNK`` columns, then a top-k among the k chunks with
+    the largest maxima. Those are k distinct scores at least the k-th largest maximum, and a score
+    above it sits in one of those chunks, so the k best are there. On the CPU that made an exact
+    search of MeSH's 543k names 4.629 → 3.777 ms per query (``benchmarks/flat_search.py``, 1 thread)."""
+    import torch
+
+    m, n = sims.shape
+    whole = n // TOP_K_CHUNK * TOP_K_CHUNK
+    if whole < 4 * k * TOP_K_CHUNK:  # too few chunks to leave any out
+        return torch.topk(sims, k, dim=1)
+    maxima = sims[:, :whole].view(m, -1, TOP_K_CHUNK).amax(2)
+    if whole < n:
+        maxima = torch.cat([maxima, sims[:, whole:].amax(1, keepdim=True)], 1)
+    columns = (torch.topk(maxima, k, dim=1).indices.unsqueeze(2) * TOP_K_CHUNK + torch.arange(TOP_K_CHUNK)).view(m, -1)
+    outside = columns >= n  # the last, shorter chunk's missing columns
+    candidates = sims.gather(1, columns.clamp(max=n - 1)).masked_fill_(outside, -torch.inf)
+    values, best = torch.topk(candidates, k, dim=1)
+    return values, columns.gather(1, best)
+
+
+def _exact_scores(base, queries, query, row, rows_per_pass: int = 1024) -> np.ndarray:
+    """float32 of the float64 inner product of ``queries[query[i]]`` and ``base[row[i]]`` for each i,
+    each summed on its own (so a score never depends on the other pairs), a thousand pairs at a time
+    so that the float64 copies stay in cache."""
+    import torch
+
+    out = torch.empty(len(row), dtype=torch.float64)
+    q = queries.double()
+    for start in range(0, len(row), rows_per_pass):
+        part = slice(start, start + rows_per_pass)
+        out[part] = (base[row[part]].double() * q[query[part]]).sum(1)
+    return out.float().numpy()
+
+
+def _whole_chunks(n: int) -> int:
+    """``n`` rounded up to whole shortlist chunks: the rows of the bf16 copy."""
+    return -(-n // SHORTLIST_CHUNK) * SHORTLIST_CHUNK
+
+
+def _read_shortlist(path: Path, n: int, dim: int, mmap: bool):
+    """The bf16 copy ``_write_shortlist`` wrote, as a torch bf16 tensor (mapped when ``mmap``)."""
+    import torch
+
+    if not (path / SHORTLIST_FILE).is_file():
+        raise FileNotFoundError(f"{path} has no {SHORTLIST_FILE}, which its {INDEX_META} says it searches with: rebuild the KB")
+    bits = np.load(path / SHORTLIST_FILE, mmap_mode="r" if mmap else None, allow_pickle=False)
+    if bits.dtype != np.uint16 or bits.shape != (_whole_chunks(n), dim):
+        raise ValueError(f"{path}/{SHORTLIST_FILE} holds {bits.dtype} {bits.shape}, expected uint16 ({_whole_chunks(n)}, {dim}): rebuild the KB")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # a read-only mapping; we never write to it
+        return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)

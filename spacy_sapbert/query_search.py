@@ -1,0 +1,60 @@
+"""One batch of normalised queries searched in a KB: the linker's search behind its mention cache.
+
+Most mentions are KB names, so with ``exact_names`` such a query is searched with the vector the
+index stores for that name instead of being encoded again (and answered from the KB's neighbour
+table where it has one); the other queries are encoded in one batch.
+"""
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+from .encoder import SapEncoder
+from .search import Candidate, LinkingKB
+
+
+def top_score(cands: Sequence[Candidate]) -> float:
+    """The best candidate's score; -inf without candidates."""
+    return cands[0].score if cands else float("-inf")
+
+
+def whole_or_parts(linked: List[Tuple[str, List[Candidate]]]) -> List[Tuple[str, List[Candidate]]]:
+    """A mention's answer from its searches ``(query, candidates)``, the whole mention's first, then a
+    coordination's parts (``composites.split_mention``): the parts when every part matches the KB
+    better than the whole does, else the whole."""
+    whole, parts = linked[0], linked[1:]
+    if parts and all(p[1] for p in parts) and min(p[1][0].score for p in parts) > top_score(whole[1]):
+        return parts
+    return [whole]
+
+
+def search_queries(linking_kb: LinkingKB, encoder: SapEncoder, queries: List[str], *, top_k: int, exact_names: bool,
+                   fusion_weight: float, batch_size: int) -> List[List[Candidate]]:
+    """Candidates of normalised queries, searched in one batch (``LinkingKB.candidates``)."""
+    vectors, name_rows = query_vectors(linking_kb, encoder, queries, exact_names=exact_names, batch_size=batch_size)
+    return linking_kb.candidates(vectors, top_k=top_k, queries=queries, fusion_weight=fusion_weight, name_rows=name_rows)
+
+
+def query_vectors(linking_kb: LinkingKB, encoder: SapEncoder, keys: Sequence[str], *, exact_names: bool,
+                  batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The search vectors of normalised queries: the encoder's, except that with ``exact_names``
+    a query that is a KB name takes that name's vector from the index (no encoding: most
+    mentions are KB names). Where the index keeps only codes, every query is encoded. Also each
+    query's name row where it took that name's vector (-1 elsewhere): the KB's neighbour table
+    then answers it without a search."""
+    kb = linking_kb.kb
+    rows = [kb.row_of_name(k) for k in keys] if exact_names else [None] * len(keys)
+    named = [i for i, row in enumerate(rows) if row is not None]
+    stored = linking_kb.index.stored_vectors([rows[i] for i in named]) if named else None
+    if stored is None:
+        named = []
+    out = np.empty((len(keys), linking_kb.index.dim), dtype=np.float32)
+    name_rows = np.full(len(keys), -1, dtype=np.int64)
+    if named:
+        out[named] = stored
+        name_rows[named] = [rows[i] for i in named]
+    rest = [i for i, row in enumerate(rows) if row is None or stored is None]
+    if rest:
+        out[rest] = encoder.encode([keys[i] for i in rest], batch_size=batch_size)
+    return out, name_rows

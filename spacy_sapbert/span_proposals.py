@@ -1,0 +1,255 @@
+"""Mention proposals for the span finder: token n-grams whose words are the KB's and whose content
+words nearly match a KB name's (``NameIndex``, ``propose``). No encoder here: the span finder
+(``span_finder.py``) scores what this proposes through the linker.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Collection, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set, Tuple
+
+from spacy.attrs import IS_SPACE, LOWER, SENT_START, SPACY
+from spacy.tokens import Doc
+
+from .normalize import STOPWORDS, WORD, word_key
+
+# The function words a mention may contain ("abnormality of the hand", "breast and/or ovarian
+# cancer"); any other ("is", "was", "not", "which") ends a candidate: "cancer is the second" is no mention.
+INNER_WORDS = frozenset("a an and at by during for from in into of on or the to with within without".split())
+# Where the words that modify a name's head begin ("abnormality | of the hand").
+PREPOSITIONS = INNER_WORDS - {"a", "an", "and", "or", "the"}
+# Punctuation that may sit inside a mention ("tonic-clonic", "and/or", "Crohn's"); any other
+# punctuation token ends a candidate.
+INNER_PUNCT = frozenset({"-", "/", "'", "'s"})
+# A word is generic ("disease") only if it is in at least this many names (and a large share of them).
+MIN_GENERIC_NAMES = 20
+# A KB word that precedes another word in at least this many names is a modifier: the span finder
+# also proposes a name with such words before it ("hereditary breast cancer", "hemorrhagic cystitis").
+MIN_MODIFIER_NAMES = 3
+# An acronym shorter than this ("MS", "HT") is proposed only where the text introduces it in
+# parentheses ("multiple sclerosis (MS)"): otherwise such short forms are mostly something else.
+MIN_UNDEFINED_ACRONYM_CHARS = 3
+# Between the conjuncts of a coordinated mention ("breast and/or ovarian cancer").
+COORDINATORS = frozenset({"and", "or", "and/or", "/", ","})
+
+
+def is_acronym(name: str) -> bool:
+    """Is ``name`` written like an acronym: in capitals, every word short or with a digit ("VHL",
+    "G6PD", "ALL")? OMIM writes whole names in capitals ("ANIRIDIA"): those are words, not acronyms."""
+    return name.isupper() and all(len(w) <= 5 or any(c.isdigit() for c in w) for w in WORD.findall(name))
+
+
+def name_head(name: str) -> Optional[str]:
+    """The word a name is about: the last content word before the first comma or preposition
+    ("glucose-6-phosphate dehydrogenase *deficiency*", MeSH's inverted "*Hypertrophy*, Left
+    Ventricular", HPO's "*Abnormality* of the hand")."""
+    words = []
+    for w in WORD.findall(name.split(",")[0]):
+        if w.lower() in PREPOSITIONS and words:
+            break
+        if w.lower() not in STOPWORDS:
+            words.append(w)
+    return word_key(words[-1]) if words else None
+
+
+class NameIndex:
+    """The KB's vocabulary and its names as sets of content-word keys.
+
+    A proposal's content words must be some name's, in any order ("type C brachydactyly"), or,
+    for names of three to six words, all but one of them, never the head ("optic nerve" is not
+    "optic nerve diseases"). Acronyms ("ALL", "CAN") and names in capitals whose words the KB
+    mostly writes in capitals ("INCLUDED") match only capitals in the text; names
+    without a letter ("1") are left out; ``word_share`` says in what share of the names a word
+    occurs ("disease": many), so that single generic words can be held back; ``modifiers`` are
+    the words that precede another in several names ("hereditary", "hemorrhagic").
+    """
+
+    def __init__(self, names: Iterable[str]):
+        self._keys: Dict[str, str] = {}
+        self._tokens: Dict[int, Optional[Tuple[str, ...]]] = {}
+        self.vocab: Set[str] = set(STOPWORDS)
+        self.exact: Set[FrozenSet[str]] = set()
+        self.partial: Set[FrozenSet[str]] = set()
+        self.capitals_only: Set[FrozenSet[str]] = set()
+        written_lower: Set[FrozenSet[str]] = set()
+        counts: Dict[str, int] = {}
+        before_another: Dict[str, int] = {}
+        in_capitals: List[FrozenSet[str]] = []
+        case_counts: Dict[str, List[int]] = {}  # word → [names in capitals, other names] it is in
+        n_names = 0
+        for name in names:
+            words = WORD.findall(name)
+            content = [self.key(w) for w in words if w.lower() not in STOPWORDS]
+            keys = frozenset(content)
+            if not keys or not any(k.isalpha() for k in keys):
+                continue
+            n_names += 1
+            for k in keys:
+                counts[k] = counts.get(k, 0) + 1
+                case_counts.setdefault(k, [0, 0])[0 if name.isupper() else 1] += 1
+            for k in set(content[:-1]) if "," not in name else ():
+                before_another[k] = before_another.get(k, 0) + 1
+            if is_acronym(name):
+                self.capitals_only.add(keys)
+            elif name.isupper():
+                in_capitals.append(keys)
+            else:
+                written_lower.add(keys)
+            self.vocab.update(self.key(w) for w in words)
+            self.exact.add(keys)
+            if 3 <= len(keys) <= 6:
+                head = name_head(name)
+                self.partial.update(keys - {k} for k in keys if k != head)
+        # A name in capitals that is no acronym ("ANIRIDIA") holds words the KB mostly writes in lower
+        # case ("Congenital aniridia"); words it mostly writes in capitals ("INCLUDED") are OMIM's notation.
+        self.capitals_only.update(keys for keys in in_capitals if any(case_counts[k][0] > case_counts[k][1] for k in keys))
+        self.capitals_only -= written_lower
+        self.word_count = counts
+        self.word_share = {k: c / n_names for k, c in counts.items()}
+        self.modifiers = frozenset(k for k, c in before_another.items() if c >= MIN_MODIFIER_NAMES and k.isalpha())
+
+    def is_generic(self, key: str, max_share: float) -> bool:
+        """Is ``key`` a word in more than ``max_share`` of the names (and in at least
+        ``MIN_GENERIC_NAMES`` of them, so that a small KB's every word is not "generic")?"""
+        return self.word_count.get(key, 0) >= MIN_GENERIC_NAMES and self.word_share[key] > max_share
+
+    def key(self, word: str) -> str:
+        """``word_key``, remembered: running text repeats its words."""
+        found = self._keys.get(word)
+        if found is None:
+            found = self._keys[word] = word_key(word)
+        return found
+
+    def token_keys(self, lower: int, strings) -> Optional[Tuple[str, ...]]:
+        """A token's content-word keys by its lower-case string hash: ``()`` for a function word or
+        punctuation a mention may contain, None for a token outside the vocabulary or any other
+        function word (it ends a proposal)."""
+        if lower not in self._tokens:
+            text = strings[lower]
+            if text in INNER_PUNCT or text in INNER_WORDS:
+                self._tokens[lower] = ()
+            elif text in STOPWORDS:
+                self._tokens[lower] = None
+            else:
+                keys = tuple(self.key(w) for w in WORD.findall(text))
+                self._tokens[lower] = keys if keys and all(k in self.vocab for k in keys) else None
+        return self._tokens[lower]
+
+    def match(self, keys: FrozenSet[str]) -> Optional[str]:
+        """How ``keys`` match a name: ``"exact"`` (same content words), ``"partial"`` (one word fewer), or None.
+
+        (Allowing one word more, "severe scoliosis", was tried on GSC+ dev: it proposes "skin tags
+        that develop" and "loss and cleft palate", and mention F fell from 0.63 to 0.27.)"""
+        if keys in self.exact:
+            return "exact"
+        if len(keys) >= 2 and keys in self.partial:
+            return "partial"
+        return None
+
+
+@dataclass(frozen=True)
+class Proposal:
+    start: int
+    end: int
+    kind: str
+
+
+class TokenColumns(NamedTuple):
+    """What proposing needs of each token, one list per attribute (index i = token i)."""
+
+    lower: List[int]  # the lower-case form's string hash
+    keys: List[Optional[Tuple[str, ...]]]  # ``NameIndex.token_keys``: None where a mention cannot continue
+    sent_start: List[bool]
+    attached: List[bool]  # no whitespace after it ("thrombo-" in "thrombo-embolism")
+
+
+def token_columns(doc: Doc, index: NameIndex) -> TokenColumns:
+    """Read from arrays, not Token objects, and kept as columns, not a tuple per token: both are slow to make."""
+    if not len(doc):
+        return TokenColumns([], [], [], [])
+    lower, is_space, flag, space = doc.to_array([LOWER, IS_SPACE, SENT_START, SPACY]).T.tolist()
+    strings = doc.vocab.strings
+    return TokenColumns(lower, [None if blank else index.token_keys(h, strings) for h, blank in zip(lower, is_space)],
+                        [f == 1 for f in flag], [not sp for sp in space])
+
+
+def modifier_starts(tokens: TokenColumns, start: int, index: NameIndex, max_words: int) -> List[int]:
+    """Where a mention starting at ``start`` would start with 1, 2, … ``max_words`` KB modifiers
+    before it ("hereditary | breast cancer", "X-linked | adrenoleukodystrophy"), never across a
+    sentence start or a function word; a hyphen counts only inside a word."""
+    starts: List[int] = []
+    i = start - 1
+    keyed, attached = tokens.keys, tokens.attached
+    while i >= 0 and len(starts) < max_words and not tokens.sent_start[i + 1]:
+        keys = keyed[i]
+        if keys == () and attached[i] and i > 0 and attached[i - 1] and keyed[i - 1]:
+            i -= 1  # the hyphen of "X-linked": look at "X"
+            continue
+        if not keys or not all(k in index.modifiers for k in keys):
+            break
+        starts.append(i)
+        i -= 1
+    return starts
+
+
+def propose(
+    doc: Doc,
+    index: NameIndex,
+    max_words: int = 8,
+    max_generic_share: float = 1.0,
+    acronyms: bool = True,
+    short_forms: Collection[str] = (),
+    max_modifiers: int = 0,
+) -> List[Proposal]:
+    """Token n-grams of ``doc`` whose words are in the KB's vocabulary and nearly match a KB name.
+
+    A single word found in more than ``max_generic_share`` of the KB's names ("disease") is not
+    proposed alone, nor, without ``acronyms``, an acronym ("VHL": more often a gene than the
+    disease; the abbreviations component adds the short forms a text defines), nor an acronym of
+    fewer than ``MIN_UNDEFINED_ACRONYM_CHARS`` characters that is not among the ``short_forms`` the
+    text introduces in parentheses ("HT"). A coordination whose first conjunct completes the rest into a name
+    ("breast and ovarian cancer", "breast/ovarian cancer") is proposed whole; the linker splits it.
+    A name with up to ``max_modifiers`` KB modifiers before it is proposed too, as ``"modified"``
+    ("hemorrhagic cystitis"): the encoder decides whether the modifier belongs to the mention.
+    """
+    tokens = token_columns(doc, index)
+    strings = doc.vocab.strings
+    keyed, sent_start = tokens.keys, tokens.sent_start
+    found: List[Proposal] = []
+    n = len(doc)
+    for start in range(n):
+        if not keyed[start]:
+            continue
+        keys: List[str] = []
+        for end in range(start + 1, min(n, start + 4 * max_words) + 1):
+            token_keys = keyed[end - 1]
+            if token_keys is None or (end > start + 1 and sent_start[end - 1]):
+                break
+            if not token_keys:
+                continue  # a mention never ends on a function word or inner punctuation
+            keys.extend(token_keys)
+            if len(keys) > max_words:
+                break
+            key_set = frozenset(keys)
+            kind = index.match(key_set)
+            if kind is None:
+                continue
+            if len(key_set) == 1 and index.is_generic(keys[0], max_generic_share):
+                continue
+            if key_set in index.capitals_only:
+                text = doc[start:end].text
+                if not (acronyms and text.isupper()):
+                    continue
+                if len(text) < MIN_UNDEFINED_ACRONYM_CHARS and text not in short_forms:
+                    continue
+            found.append(Proposal(start, end, kind))
+            if kind == "exact":
+                found.extend(Proposal(s, end, "modified") for s in modifier_starts(tokens, start, index, max_modifiers))
+            before = start - 1
+            while before >= 0 and strings[tokens.lower[before]] in COORDINATORS:
+                before -= 1
+            if end - start >= 2 and 0 <= before < start - 1 and keyed[before]:
+                # "breast and/or | ovarian cancer": does "breast" + "cancer" name something too?
+                head = key_set - frozenset(keyed[start])
+                if head and index.match(head | frozenset(keyed[before])) == "exact":  # type: ignore[arg-type]
+                    found.append(Proposal(before, end, "coordinated"))
+    return found
