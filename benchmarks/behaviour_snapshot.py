@@ -15,7 +15,10 @@ with the new::
 ``--load-pipeline`` also links with the pipeline the old code saved (case ``saved-default``), which
 shows that pipelines saved before the change still load and give the same links. The MEDIC KB is
 built once with ``build-kb`` into ``--work`` and shared by both runs, so a KB folder written by one
-version is read by the other.
+version is read by the other. Both runs must use the same torch thread count (a matmul split over
+another number of threads rounds differently) and the same ``--only`` cases (``span._.negex`` exists
+in a process only once a pipeline with negation ran): ``snapshot.json`` records both, and ``compare``
+refuses two snapshots that differ there.
 """
 from __future__ import annotations
 
@@ -133,9 +136,17 @@ def annotate_case(work: Path, out: Path) -> int:
     return len(files)
 
 
+def conditions(args: argparse.Namespace) -> Dict[str, Any]:
+    """What the figures depend on besides the code: the torch thread count and the cases run."""
+    import torch
+
+    return {"torch_threads": torch.get_num_threads(), "only": sorted(args.only or [])}
+
+
 def snapshot(args: argparse.Namespace) -> None:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
+    (out / "snapshot.json").write_text(json.dumps(conditions(args)), encoding="utf-8")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     todo = cases(work)
@@ -163,6 +174,10 @@ def snapshot(args: argparse.Namespace) -> None:
 def compare(args: argparse.Namespace) -> int:
     """Every case in ``before`` against ``after`` (and a loaded saved pipeline against the default's case)."""
     before, after = Path(args.before), Path(args.after)
+    taken = [json.loads((p / "snapshot.json").read_text(encoding="utf-8")) for p in (before, after)]
+    if taken[0] != taken[1]:
+        print(f"not comparable: {before} was taken with {taken[0]}, {after} with {taken[1]}")
+        return 2
     pairs = [(p, after / p.name) for p in sorted(before.glob("*.jsonl"))]
     pairs += [(before / p.name.replace(".saved", ""), p) for p in sorted(after.glob("*.saved.jsonl"))]
     failed = 0
