@@ -8,35 +8,34 @@ OUTPUT is a folder:
   fingerprint) and the shards finished so far, in order, with their counts and checksums;
 * ``errors.jsonl``: a line per document that failed, with its id and why.
 
-A run restarted with the same arguments skips the finished shards and writes the bytes an
+A run restarted with the same arguments checks the finished shards against the manifest, skips
+them (one that fails the check is redone: ``output_folder.py``) and writes the bytes an
 uninterrupted run writes (nothing in the folder depends on timing; the mention cache is restored
-as it was: ``shards.MentionCaches``).
+as it was: ``mention_cache.MentionCaches``). One run at a time writes an OUTPUT (``output_lock.py``);
+``--max-seconds`` stops a document that runs too long (``time_limit.py``).
 Each shard streams through ``nlp.pipe`` in one process: here, in one of ``n_process`` worker
 processes (one task per shard), or on a Dask cluster's worker (``cluster.py``); each of them holds
-a ``shards.ShardWorker``, and the shards are committed here through ``shards.OutputFolder``.
+a ``shards.ShardWorker``, and the shards are committed here through ``output_folder.OutputFolder``.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 import time
 from dataclasses import dataclass
-from itertools import count, islice
+from itertools import chain, count, islice
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
-from .documents import InputDocument, guess_input_format, input_reader, iter_documents
+from .documents import InputDocument, check_compressed, guess_input_format, input_reader, iter_documents
 from .fileio import PathLike
-from .shards import (
-    CACHE_FOLDER,
-    DEFAULT_MAX_CHARS,
-    OUTPUT_FORMATS,
-    OutputFolder,
-    PipelineSpec,
-    Shard,
-    ShardWorker,
-    tasks_in_flight,
-)
+from .output_folder import OutputFolder, check_output_path
+from .output_lock import OutputLock
+from .records import InputError
+from .shards import CACHE_FOLDER, DEFAULT_MAX_CHARS, OUTPUT_FORMATS, PipelineSpec, Shard, ShardWorker, tasks_in_flight
+from .time_limit import check_time_limit
 
 
 # ---------------------------------------------------------------------------- the run
@@ -70,6 +69,8 @@ class AnnotateSummary:
     run_docs: int = 0
     run_mentions: int = 0
     seconds: float = 0.0
+    duplicate_ids: int = 0  # documents whose id an earlier document of the input has
+    redone: Sequence[str] = ()  # finished shards that failed their check against the manifest and were redone
 
     @property
     def failed(self) -> int:
@@ -96,6 +97,8 @@ def annotate(
     overwrite: bool = False,
     scheduler: Any = None,
     progress: bool = True,
+    max_seconds: Optional[float] = None,
+    unique_ids: bool = False,
 ) -> AnnotateSummary:
     """Annotate every document of ``input`` into the folder ``output`` (see the module's docstring).
 
@@ -106,15 +109,42 @@ def annotate(
     resumed or repeated run encodes no string twice (``shards.MentionCaches``); None: ``OUTPUT/
     mention-cache`` for a local run, none for a cluster's. ``cache_size``: the strings each linker's
     cache keeps (None: its setting). Documents that fail are listed in ``errors.jsonl`` and counted
-    in the summary; the run goes on.
+    in the summary; the run goes on. ``max_seconds``: a document that takes longer is stopped and
+    listed there (``time_limit.py``). Documents whose id an earlier one has are counted
+    (``duplicate_ids``), or with ``unique_ids`` refused (``InputError`` naming the second).
+
+    ``output`` is locked for the run (``output_lock.py``): a second run on it is refused at once. An
+    input without a document is refused (``InputError``), as ``link --input`` refuses it.
     """
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output format must be one of {', '.join(OUTPUT_FORMATS)}, not {output_format!r}")
     if shard_size < 1 or n_process == 0 or n_process < -1:
         raise ValueError("shard_size must be at least 1, n_process at least 1 (or -1: every CPU)")
+    if max_seconds is not None and scheduler is not None:
+        raise ValueError("--max-seconds works in local runs only: a Dask worker runs its tasks in threads, which cannot be interrupted")
+    check_time_limit(max_seconds)
     input = Path(input).resolve()
     fmt = guess_input_format(input) if input_format == "auto" else input_format
     input_reader(fmt)  # a ValueError listing the registered formats for an unknown one
+    with OutputLock(output):
+        return _annotate_locked(input, fmt, output, pipeline, kb, encoder, top_k, detector, output_format, shard_size, n_process,
+                                batch_size, max_chars, cache_dir, cache_size, overwrite, scheduler, progress, max_seconds, unique_ids)
+
+
+def _annotate_locked(input: Path, fmt: str, output: PathLike, pipeline: Optional[PathLike], kb: Optional[PathLike],
+                     encoder: Optional[PathLike], top_k: int, detector: str, output_format: str, shard_size: int, n_process: int,
+                     batch_size: Optional[int], max_chars: int, cache_dir: Optional[PathLike], cache_size: Optional[int],
+                     overwrite: bool, scheduler: Any, progress: bool, max_seconds: Optional[float], unique_ids: bool) -> AnnotateSummary:
+    """``annotate`` once OUTPUT is locked: the input is checked and its first document read before
+    the pipeline is loaded, so an empty or damaged input is refused at once."""
+    check_output_path(output)
+    check_compressed(input)
+    ids = _IdCount(input, unique_ids)
+    documents = ids.counted(iter_documents(input, fmt))
+    first = next(documents, None)
+    if first is None:
+        raise InputError(input, None, "empty input: no documents to annotate")
+    documents = chain([first], documents)
     spec = PipelineSpec(
         pipeline=str(Path(pipeline).resolve()) if pipeline else None, kb=str(Path(kb).resolve()) if kb else None,
         encoder=str(Path(encoder).resolve()) if encoder else None, top_k=top_k, detector=detector,
@@ -127,10 +157,10 @@ def annotate(
 
         engine = DaskShards(scheduler, spec, output_format, batch_size, max_chars, cache_dir, cache_size)
     elif n_process == 1:
-        engine = _LocalShards(spec, output_format, batch_size, max_chars, cache_dir, cache_size)
+        engine = _LocalShards(spec, output_format, batch_size, max_chars, cache_dir, cache_size, max_seconds)
     else:
         n = (os.cpu_count() or 1) if n_process == -1 else n_process
-        engine = _ProcessShards(spec, output_format, n, batch_size, max_chars, cache_dir, cache_size)
+        engine = _ProcessShards(spec, output_format, n, batch_size, max_chars, cache_dir, cache_size, max_seconds)
     t0 = time.perf_counter()  # the pipeline is loaded: from here on, annotation
     try:
         run = {"input": str(input), "input_format": fmt, "output_format": output_format, "shard_size": shard_size,
@@ -140,25 +170,50 @@ def annotate(
         skipped = len(folder.shards)
         bar = _Progress(progress)
         run_docs = run_mentions = 0
-        if not folder.complete:
-            todo = folder.skip_finished(iter_documents(input, fmt))
-            for shard in engine.shards(todo, skipped, shard_size, bar):
-                for entry in folder.commit(shard):
-                    run_docs += entry["docs"]
-                    run_mentions += entry["mentions"]
-            folder.finish()
-        bar.close()
+        try:
+            if not folder.complete:
+                todo = folder.skip_finished(documents)
+                for shard in engine.shards(todo, skipped, shard_size, bar):
+                    for entry in folder.commit(shard):
+                        run_docs += entry["docs"]
+                        run_mentions += entry["mentions"]
+                folder.finish()
+        finally:
+            bar.close()
     finally:
         engine.close()
-    return AnnotateSummary(Path(output), folder.totals(), len(folder.shards), skipped, run_docs, run_mentions, time.perf_counter() - t0)
+    return AnnotateSummary(Path(output), folder.totals(), len(folder.shards), skipped, run_docs, run_mentions, time.perf_counter() - t0,
+                           ids.duplicates, folder.redone)
+
+
+class _IdCount:
+    """The documents of the input, their ids counted on the way: ``duplicates`` is how many have an
+    id that an earlier one has (8 bytes of a hash kept per id; documents without one are numbered by
+    their line, which cannot repeat). With ``unique`` the first repeated id is an ``InputError``."""
+
+    def __init__(self, input: Path, unique: bool):
+        self.input, self.unique = input, unique
+        self.seen: Set[bytes] = set()
+        self.duplicates = 0
+
+    def counted(self, docs: Iterator[InputDocument]) -> Iterator[InputDocument]:
+        for doc in docs:
+            if doc.id is not None:
+                key = hashlib.blake2b(json.dumps(doc.id, ensure_ascii=False).encode(), digest_size=8).digest()
+                if key in self.seen:
+                    if self.unique:
+                        raise InputError(self.input, doc.line, f"the id {doc.id!r} repeats an earlier document's (--unique-ids)")
+                    self.duplicates += 1
+                self.seen.add(key)
+            yield doc
 
 
 class _LocalShards:
     """Shards made here, one after the other."""
 
     def __init__(self, spec: PipelineSpec, output_format: str, batch_size: Optional[int], max_chars: int,
-                 cache_dir: Optional[PathLike], cache_size: Optional[int]):
-        self.worker = ShardWorker(spec, max_chars, cache_dir, cache_size)
+                 cache_dir: Optional[PathLike], cache_size: Optional[int], max_seconds: Optional[float] = None):
+        self.worker = ShardWorker(spec, max_chars, cache_dir, cache_size, max_seconds)
         self.fingerprint, self.components = self.worker.fingerprint, self.worker.components
         self.output_format, self.batch_size = output_format, batch_size
 
@@ -181,7 +236,7 @@ class _ProcessShards:
     each shard and send every ``Doc`` back to be serialised here."""
 
     def __init__(self, spec: PipelineSpec, output_format: str, n_process: int, batch_size: Optional[int], max_chars: int,
-                 cache_dir: Optional[PathLike], cache_size: Optional[int]):
+                 cache_dir: Optional[PathLike], cache_size: Optional[int], max_seconds: Optional[float] = None):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
@@ -193,7 +248,7 @@ class _ProcessShards:
         threads = 0 if os.environ.get("OMP_NUM_THREADS") else max(1, (os.cpu_count() or 1) // n_process)
         self.n_process, self.output_format, self.batch_size = n_process, output_format, batch_size
         self.pool = ProcessPoolExecutor(n_process, mp_context=context, initializer=_start_worker,
-                                        initargs=(spec, max_chars, cache_dir, cache_size, threads, ready))
+                                        initargs=(spec, max_chars, cache_dir, cache_size, threads, ready, max_seconds))
         try:
             described = self._wait_ready(ready, [self.pool.submit(int) for _ in range(n_process)])
         except BrokenProcessPool:  # a worker died before all were started
@@ -247,7 +302,7 @@ _worker: Optional[ShardWorker] = None  # a worker process's pipeline (set by its
 
 
 def _start_worker(spec: PipelineSpec, max_chars: int, cache_dir: Optional[PathLike], cache_size: Optional[int],
-                  threads: int, ready: Any) -> None:
+                  threads: int, ready: Any, max_seconds: Optional[float] = None) -> None:
     global _worker
     import threading
 
@@ -259,7 +314,7 @@ def _start_worker(spec: PipelineSpec, max_chars: int, cache_dir: Optional[PathLi
 
             torch.set_num_threads(threads)
             faiss.omp_set_num_threads(threads)
-        _worker = ShardWorker(spec, max_chars, cache_dir, cache_size)
+        _worker = ShardWorker(spec, max_chars, cache_dir, cache_size, max_seconds)
         ready.put((_worker.fingerprint, _worker.components))
     except BaseException as e:
         ready.put(f"{type(e).__name__}: {e}")

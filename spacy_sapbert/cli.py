@@ -11,6 +11,7 @@ import inspect
 import itertools
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -147,9 +148,9 @@ DETECTOR = typer.Option("span_finder", help=f"Mention detector with --kb or the 
 
 @app.command("link")
 def link(
-    text: Optional[str] = typer.Argument(None, help="Text to link (or use --input)"),
+    text: Optional[str] = typer.Argument(None, help="Text to link (or use --input); '-', or none with input piped in: standard input"),
     input: Optional[Path] = typer.Option(
-        None, "--input", "-i", help="File of documents, one per line (see --input-format)", exists=True, dir_okay=False
+        None, "--input", "-i", help="File of documents, one per line (see --input-format); '-': standard input", dir_okay=False
     ),
     input_format: str = typer.Option("auto", help="text (a document per line), tsv (id<TAB>text) or jsonl (id, text); auto: by suffix"),
     pipeline: Optional[Path] = PIPELINE,
@@ -162,31 +163,45 @@ def link(
 ) -> None:
     """Link TEXT (a JSON line per linked span) or each document of --input (a JSON line per document).
 
-    An --input record is {"line", "id" (tsv/jsonl inputs with ids), "spans": [...]}, each span as
-    for TEXT; a document without mentions has "spans": []; an empty --input is an error. With no
-    --pipeline or --kb, uses the embedded default: HPO + MiniLM.
+    TEXT '-' (or no TEXT and no --input, with input piped in) links all of standard input as one text;
+    --input - reads documents from standard input. An --input record is {"line", "id" (tsv/jsonl
+    inputs with ids), "spans": [...]}, each span as for TEXT; a document without mentions has
+    "spans": []; an empty --input is an error. With no --pipeline or --kb, uses the embedded default:
+    HPO + MiniLM.
     """
     from .documents import read_documents
     from .shards import PipelineSpec, linkers_of, span_records
 
+    if text is None and input is None and not sys.stdin.isatty():
+        text = "-"
     if (text is None) == (input is None):
-        raise typer.BadParameter("give either TEXT or --input FILE")
-    documents: Optional[Iterator[Tuple[str, Dict[str, Any]]]] = None
-    if input is not None:  # read the first document before loading anything: an empty input fails fast
-        documents = read_documents(input, input_format)
-        first = next(documents, None)
-        if first is None:
-            raise InputError(input, None, "empty input: no documents to link")
-        documents = itertools.chain([first], documents)
-    nlp = PipelineSpec(str(pipeline) if pipeline else None, str(kb) if kb else None, encoder, top_k, detector).load()
-    linkers = linkers_of(nlp)
-    with (atomic_open(output) if output else contextlib.nullcontext(sys.stdout)) as out:
-        if documents is None:
-            for rec in span_records(nlp(text), linkers):  # type: ignore[arg-type]
-                out.write(json.dumps(rec, ensure_ascii=False) + "\n")
-            return
-        for doc, context in nlp.pipe(documents, batch_size=batch_size, as_tuples=True):  # None: the pipeline's
-            out.write(json.dumps({**context, "spans": span_records(doc, linkers)}, ensure_ascii=False) + "\n")
+        raise typer.BadParameter("give either TEXT (or '-' for standard input) or --input FILE")
+    if text == "-":
+        text = sys.stdin.read()
+        if not text.strip():
+            raise InputError("<stdin>", None, "empty input: no text to link")
+    with contextlib.ExitStack() as stack:
+        documents: Optional[Iterator[Tuple[str, Dict[str, Any]]]] = None
+        if input is not None:  # read the first document before loading anything: an empty input fails fast
+            if str(input) == "-":  # the readers read a file twice (to guess its format): standard input is kept in one
+                input = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "stdin"
+                input.write_bytes(sys.stdin.buffer.read())
+            elif not input.is_file():
+                raise InputError(input, None, "no such file")
+            documents = read_documents(input, input_format)
+            first = next(documents, None)
+            if first is None:
+                raise InputError(input, None, "empty input: no documents to link")
+            documents = itertools.chain([first], documents)
+        nlp = PipelineSpec(str(pipeline) if pipeline else None, str(kb) if kb else None, encoder, top_k, detector).load()
+        linkers = linkers_of(nlp)
+        with (atomic_open(output) if output else contextlib.nullcontext(sys.stdout)) as out:
+            if documents is None:
+                for rec in span_records(nlp(text), linkers):  # type: ignore[arg-type]
+                    out.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                return
+            for doc, context in nlp.pipe(documents, batch_size=batch_size, as_tuples=True):  # None: the pipeline's
+                out.write(json.dumps({**context, "spans": span_records(doc, linkers)}, ensure_ascii=False) + "\n")
 
 
 @app.command("annotate")
@@ -207,25 +222,31 @@ def annotate_command(
     cache_dir: Optional[Path] = typer.Option(None, help="Keep the linkers' mention caches here, e.g. shared by repeated runs (default: OUTPUT/mention-cache; with --scheduler, none)"),
     cache_size: Optional[int] = typer.Option(None, help="Strings each linker's cache keeps (default: the linker's cache_size, 10000)"),
     scheduler: Optional[str] = typer.Option(None, help="A Dask scheduler address (tcp://host:8786): one task per shard on its workers"),
-    overwrite: bool = typer.Option(False, help="Start OUTPUT afresh even if it holds another run (or this one)"),
+    overwrite: bool = typer.Option(False, help="Start OUTPUT afresh even if it holds another run (or this one): every file of the old run goes"),
+    max_seconds: Optional[float] = typer.Option(None, help="A document that takes longer is stopped and listed in errors.jsonl (a batch that takes longer runs again one document at a time)"),
+    unique_ids: bool = typer.Option(False, "--unique-ids", help="Refuse an input where two documents have the same id (default: count them in the summary)"),
 ) -> None:
     """Annotate a corpus into resumable shards; documents that fail are listed in errors.jsonl (exit status 1).
 
     With no --pipeline or --kb, uses the embedded default: HPO + MiniLM. Restarted with the same
-    arguments, a killed run skips the shards it finished and writes the same bytes.
+    arguments, a killed run checks and skips the shards it finished (one that fails its check is
+    redone) and writes the same bytes. One run at a time writes OUTPUT; an empty input is an error.
     """
     from .annotate import annotate
 
     s = annotate(
         input, output, pipeline=pipeline, kb=kb, encoder=encoder, top_k=top_k, detector=detector, input_format=input_format,
         output_format=output_format, shard_size=shard_size, n_process=n_process, batch_size=batch_size, max_chars=max_chars,
-        cache_dir=cache_dir, cache_size=cache_size, overwrite=overwrite, scheduler=scheduler,
+        cache_dir=cache_dir, cache_size=cache_size, overwrite=overwrite, scheduler=scheduler, max_seconds=max_seconds,
+        unique_ids=unique_ids,
     )
     t = s.totals
     rate = f"{s.run_docs / s.seconds:.1f} docs/s, {s.run_mentions / s.seconds:.1f} mentions/s" if s.run_docs else "nothing left to do"
     typer.echo(
         f"{output}: {t['annotated']:,} of {t['docs']:,} documents annotated, {t['mentions']:,} mentions, {s.shards} shards "
-        f"({s.shards_skipped} finished before); this run: {s.run_docs:,} documents in {s.seconds:.1f}s ({rate})",
+        f"({s.shards_skipped} finished before); this run: {s.run_docs:,} documents in {s.seconds:.1f}s ({rate})"
+        + (f"; {len(s.redone)} damaged shard(s) redone" if s.redone else "")
+        + (f"; {s.duplicate_ids:,} documents repeat an earlier document's id" if s.duplicate_ids else ""),
         err=True,
     )
     if s.failed:
@@ -341,6 +362,26 @@ def build_context(
                "choose their weight on dev with 'calibrate --context-weight'", err=True)
 
 
+# the displaCy page's label colours: a finding that is not the patient's current one stands apart
+ASSERTION_COLORS = {"present": "#7aecec", "absent": "#c8c8c8", "possible": "#fce4a8", "hypothetical": "#e4d4fc",
+                    "historical": "#bfd7ff", "other": "#ffc7c7"}
+
+
+def displacy_assertions(doc: Any, kb_url_template: str) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """displaCy's manual "ent" data for ``doc`` and its label colours: each entity linked to its
+    concept and labelled with its assertion and section where ``sapbert_context`` set them
+    ("PHENOTYPE · absent · family_history"; the label alone for a present finding out of any section)."""
+    ents, colors = [], {}
+    for e in doc.ents:
+        assertion = e._.get("assertion") if e.has_extension("assertion") else None
+        section = e._.get("section") if e.has_extension("section") else None
+        label = " · ".join([e.label_] + [x for x in (assertion if assertion != "present" else None, section) if x])
+        colors[label] = ASSERTION_COLORS.get(assertion or "present", ASSERTION_COLORS["present"])
+        ents.append({"start": e.start_char, "end": e.end_char, "label": label, "kb_id": e.kb_id_,
+                     "kb_url": kb_url_template.format(e.kb_id_) if e.kb_id_ else "#"})
+    return {"text": doc.text, "ents": ents, "title": None}, colors
+
+
 @app.command("demo")
 def demo(
     note: Optional[Path] = typer.Option(None, exists=True, help="A text file (default: the bundled clinical note)"),
@@ -365,11 +406,15 @@ def demo(
     t_link = time.perf_counter() - t1
     records = span_records(doc, linkers)
     for r in records:
-        flag = "".join(f"  ({word})" for key, word in (("ambiguous", "ambiguous name"), ("negated", "negated"), ("nested", "nested"))
-                       if r[key])
+        flag = "".join(f"  ({word})" for key, word in (("ambiguous", "ambiguous name"), ("nested", "nested")) if r[key])
+        if r["assertion"] not in (None, "present"):
+            flag += f"  ({r['assertion']})"
+        if r["section"]:
+            flag += f"  [{r['section']}]"
         typer.echo(f"{r['text']!r:32} {r['cui'] or '-':12} {r['name'] or '-':40} {r['score']:.3f}{flag}")
     output_dir.mkdir(parents=True, exist_ok=True)
-    html = displacy.render(doc, style="ent", page=True, options={"kb_url_template": HPO_BROWSER_URL})
+    data, colors = displacy_assertions(doc, HPO_BROWSER_URL)
+    html = displacy.render(data, style="ent", page=True, manual=True, options={"colors": colors})
     with atomic_open(output_dir / "demo.html") as f:
         f.write(html)
     with atomic_open(output_dir / "demo.jsonl") as f:
@@ -389,12 +434,15 @@ def build_pipeline_command(
     detector: str = typer.Option("ner", help=detector_help()),
     encoder: Optional[str] = typer.Option(None, help="Encoder folder (default: the one each KB was built with)"),
     label: Optional[str] = typer.Option(None, help="Label of the spans the ruler or span finder finds"),
-    negation: bool = typer.Option(True, help="Flag negated mentions (span._.negex)"),
+    assertion: bool = typer.Option(
+        True, "--assertion/--no-assertion", "--negation/--no-negation",
+        help="ConText on each mention: span._.negated, historical, hypothetical, uncertain, experiencer, section, assertion "
+             "(--negation: the older name)"),
     abbreviations: bool = typer.Option(True, help="Link short forms through the long forms defined in the text"),
     name: str = typer.Option("sapbert", help="Pipeline name in meta.json (spacy package uses it)"),
     version: str = typer.Option("0.0.1", help="Pipeline version in meta.json"),
 ) -> None:
-    """Assemble a detector, abbreviations, negation and linker(s) and save them with nlp.to_disk."""
+    """Assemble a detector, abbreviations, assertion (ConText) and linker(s) and save them with nlp.to_disk."""
     from .pipelines import build_pipeline
 
     kbs: Any
@@ -404,7 +452,7 @@ def build_pipeline_command(
         kbs = dict(k.split("=", 1) for k in kb)
     else:
         raise typer.BadParameter("give one KB folder, or LABEL=FOLDER for every KB")
-    nlp = build_pipeline(kbs, detector, encoder=encoder, label=label, negation=negation, abbreviations=abbreviations)
+    nlp = build_pipeline(kbs, detector, encoder=encoder, label=label, assertion=assertion, abbreviations=abbreviations)
     nlp.meta.update({"name": name, "version": version})
     with atomic_dir(output) as folder:  # parents made; a failed save leaves the old folder whole
         nlp.to_disk(folder)

@@ -32,7 +32,8 @@ def default_pipeline(
 ) -> Language:
     """The embedded default: HPO KB + MiniLM, mentions found by the span finder (its defaults tuned
     on phenotype dev data), nested mentions in ``doc.spans["sapbert_nested"]`` (linked too),
-    abbreviations expanded, negated findings flagged (``span._.negex``)."""
+    abbreviations expanded, each mention's assertion set by ConText (``span._.negated``,
+    ``historical``, ``hypothetical``, ``uncertain``, ``experiencer``, ``section``, ``assertion``)."""
     from .pipelines import LINKER, build_pipeline
     from .search import LinkingKB
 
@@ -43,7 +44,6 @@ def default_pipeline(
         detector,
         encoder=encoder,
         label="PHENOTYPE",
-        negation=True,
         span_finder_config=dict(HPO_SPAN_FINDER),
         nested=HPO_NESTED if "span_finder" in detector_names(detector) else None,  # the span finder finds them
     )

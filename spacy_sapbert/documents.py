@@ -22,6 +22,8 @@ import gzip
 import json
 import os
 import re
+import unicodedata
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -42,7 +44,8 @@ class InputDocument:
     """One input document. ``id`` is None where the format has none (``text`` lines, a JSONL line
     without one): ``key`` then falls back to ``line``. ``fields`` are a JSONL line's other fields,
     passed through to the output; ``title_end`` is where the title ends in ``text`` (PubTator, BioC),
-    so a PubTator output keeps title and abstract apart."""
+    so a PubTator output keeps title and abstract apart. ``file``: the file it was read from, where a
+    document is a file of its own (``folder``), so that an error names it."""
 
     id: Any
     text: Optional[str]
@@ -50,6 +53,7 @@ class InputDocument:
     fields: Dict[str, Any] = field(default_factory=dict)
     error: Optional[InputError] = None
     title_end: Optional[int] = None
+    file: Optional[str] = None
 
     @property
     def key(self) -> Any:
@@ -76,20 +80,64 @@ class PubtatorBlock:
         return self.title if self.abstract is None else f"{self.title} {self.abstract}"
 
 
+BOM = "\ufeff"  # a UTF-8 byte order mark at the start of a file: not text (offsets are counted without it)
+_GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
 def _open(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
+def _gzip_error(path: Path, e: BaseException) -> InputError:
+    """One line naming a ``.gz`` file that ends early or whose bytes are damaged (``EOFError`` alone
+    reads as "Aborted." on the command line; a CRC error comes only at the end of the stream)."""
+    if isinstance(e, EOFError):
+        return InputError(path, None, "truncated gzip file: it ends before its compressed stream does")
+    return InputError(path, None, f"damaged gzip file ({e})")
+
+
+def check_compressed(path: PathLike) -> None:
+    """Read a regular ``.gz`` file through once, so that a truncated or damaged one is refused
+    (``InputError``, naming it) before any output is written from its garbled text: gzip checks its
+    CRC only at the end. Anything else (a folder, a pipe, plain text) is left alone."""
+    path = Path(path)
+    if path.suffix != ".gz" or not path.is_file():
+        return
+    try:
+        with gzip.open(path, "rb") as f:
+            while f.read(1 << 24):
+                pass
+    except _GZIP_ERRORS as e:
+        raise _gzip_error(path, e) from None
+
+
 def _lines(path: Path) -> Iterator[Tuple[int, str, Optional[str]]]:
     """``(line number, text, problem)``: a line that is not UTF-8 is decoded with replacement characters
-    and its ``problem`` says where it broke."""
+    and its ``problem`` says where it broke. A BOM starting the file is dropped; a ``.gz`` that ends
+    early or is damaged raises ``InputError`` naming it."""
     with _open(path) as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                text, problem = raw.decode("utf8"), None
-            except UnicodeDecodeError as e:
-                text, problem = raw.decode("utf8", errors="replace"), f"not UTF-8 ({e.reason} at byte {e.start})"
-            yield n, text.rstrip("\n").rstrip("\r"), problem
+        try:
+            for n, raw in enumerate(f, 1):
+                try:
+                    text, problem = raw.decode("utf8"), None
+                except UnicodeDecodeError as e:
+                    text, problem = raw.decode("utf8", errors="replace"), f"not UTF-8 ({e.reason} at byte {e.start})"
+                if n == 1 and text.startswith(BOM):
+                    text = text[1:]
+                yield n, text.rstrip("\n").rstrip("\r"), problem
+        except _GZIP_ERRORS as e:
+            raise _gzip_error(path, e) from None
+
+
+def visible_span(text: str, start: int, end: int) -> Dict[str, Any]:
+    """``{"text", "start_char", "end_char"}`` of ``text[start:end]`` without the control and format
+    characters (NUL, BEL, DEL, bidi marks, zero-width ones: Unicode Cc and Cf) at its ends: they stay
+    in the document's text, but a span written by ``link`` or ``annotate`` never starts or ends on one."""
+    while start < end and unicodedata.category(text[start]) in ("Cc", "Cf"):
+        start += 1
+    while end > start and unicodedata.category(text[end - 1]) in ("Cc", "Cf"):
+        end -= 1
+    return {"text": text[start:end], "start_char": start, "end_char": end}
 
 
 def input_format_names() -> List[str]:
@@ -223,10 +271,10 @@ def read_folder(path: Path) -> Iterator[InputDocument]:
     for name in names:
         raw = (path / name).read_bytes()
         try:
-            yield InputDocument(name[: -len(".txt")], raw.decode("utf8"))
+            yield InputDocument(name[: -len(".txt")], raw.decode("utf8").removeprefix(BOM), file=str(path / name))
         except UnicodeDecodeError as e:
             error = InputError(path / name, None, f"not UTF-8 ({e.reason} at byte {e.start})")
-            yield InputDocument(name[: -len(".txt")], None, error=error)
+            yield InputDocument(name[: -len(".txt")], None, error=error, file=str(path / name))
 
 
 @input_formats.register("pubtator")
@@ -281,6 +329,8 @@ def read_bioc(path: Path) -> Iterator[InputDocument]:
                     root.clear()
         except ET.ParseError as e:
             raise InputError(path, e.position[0], f"not well-formed XML ({e})") from None
+        except _GZIP_ERRORS as e:
+            raise _gzip_error(path, e) from None
 
 
 def _bioc_document(path: Path, elem: Any) -> InputDocument:

@@ -120,6 +120,17 @@ def replace_dir(new: PathLike, path: PathLike) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def file_sha256(path: PathLike) -> str:
+    """The sha256 of a file's bytes, read in blocks (a shard or checkpoint file may be large)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            h.update(block)
+    return h.hexdigest()
+
+
 FileStamp = Tuple[str, int, int]
 
 

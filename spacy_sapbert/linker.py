@@ -304,9 +304,10 @@ class SapBertLinker(Pipe):
     def load_cache(self, path: Union[str, Path]) -> int:
         """Add the entries ``save_cache`` wrote to the mention cache as its least recently used ones
         (a query cached already keeps its entry), up to ``cache_size``. A file written for another
-        KB, index, encoder, precision or ``top_k`` is refused, naming both. Returns how many were added."""
+        KB, index, encoder, precision or ``top_k`` is refused, naming both; a damaged one, or one whose
+        candidates are not this KB's, raises ``mention_cache.DamagedCacheError``. Returns how many were added."""
         self.ensure_ready()
-        return self._cache.load(path, self._cache_key(), self.name)
+        return self._cache.load(path, self._cache_key(), self.name, kb=self.linking_kb.kb)  # type: ignore[union-attr]
 
     def best(self, cands: Sequence[Candidate]) -> Optional[Candidate]:
         """The candidate ``_.cui`` gets: the top one if it reaches ``effective_threshold``, unless its

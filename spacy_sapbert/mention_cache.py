@@ -7,17 +7,20 @@ lookups take a lock. ``save``/``load`` carry it to another process or a later ru
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .encoder import PicklableLock, SapEncoder
 from .fileio import atomic_open
-from .search import Candidate, LinkingKB
+from .kb import ConceptKB
+from .search import BROADER_MARGIN, Candidate, LinkingKB
 
 CACHE_FORMAT = "spacy-sapbert-mention-cache"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: entries sorted by query, with their sha256
 
 
 def cache_key(linking_kb: LinkingKB, encoder: SapEncoder, *, top_k: int, exact_names: bool, fusion_weight: float) -> Dict[str, Any]:
@@ -72,29 +75,145 @@ class MentionCache:
         return found
 
     def save(self, path: Union[str, Path], key: Dict[str, Any]) -> int:
-        """Write the entries (least recently used first) to ``path`` as JSON, atomically, with ``key``:
-        what made them (``cache_key``). Returns the number of entries written."""
-        entries = [[query, [c.to_tuple() for c in cands]] for query, cands in self.entries.items()]
+        """Write the entries to ``path`` as JSON, atomically, with ``key`` (what made them: ``cache_key``)
+        and the sha256 of the entries. The entries are sorted by query, so the file does not depend on
+        the order in which processes met them (``--n-process``); a loaded file's entries become the
+        least recently used, in that order. Returns the number of entries written."""
+        entries = sorted([query, [c.to_tuple() for c in cands]] for query, cands in self.entries.items())
         with atomic_open(path) as f:
-            json.dump({"format": CACHE_FORMAT, "version": CACHE_VERSION, "key": key, "entries": entries}, f, ensure_ascii=False)
+            json.dump({"format": CACHE_FORMAT, "version": CACHE_VERSION, "key": key, "sha256": _entries_sha256(entries),
+                       "entries": entries}, f, ensure_ascii=False)
         return len(entries)
 
-    def load(self, path: Union[str, Path], key: Dict[str, Any], owner: str) -> int:
+    def load(self, path: Union[str, Path], key: Dict[str, Any], owner: str, kb: Optional[ConceptKB] = None) -> int:
         """Add the entries ``save`` wrote as the least recently used ones (a query cached already keeps
         its entry), up to ``size``. A file saved under another ``key`` is refused, naming both and
-        ``owner`` (the linker's name). Returns how many were added."""
-        with open(path, encoding="utf8") as f:
-            saved = json.load(f)
+        ``owner`` (the linker's name); a damaged one (not JSON, a checksum that differs, an entry that
+        is not candidates of ``kb``: ``check_entries``) raises ``DamagedCacheError`` and adds nothing.
+        Returns how many were added."""
+        try:
+            with open(path, encoding="utf8") as f:
+                saved = json.load(f)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise DamagedCacheError(f"{path}: not a JSON mention cache ({e})") from None
         if not isinstance(saved, dict) or saved.get("format") != CACHE_FORMAT or saved.get("version") != CACHE_VERSION:
-            raise ValueError(f"{path} is not a mention cache written by SapBertLinker.save_cache")
-        if saved["key"] != json.loads(json.dumps(key)):
+            raise DamagedCacheError(f"{path} is not a mention cache written by SapBertLinker.save_cache (version {CACHE_VERSION})")
+        if saved.get("key") != json.loads(json.dumps(key)):
             raise ValueError(
-                f"{path} caches the mentions of another linker ({saved['key']}), not of {owner} ({key}): "
+                f"{path} caches the mentions of another linker ({saved.get('key')}), not of {owner} ({key}): "
                 "delete it or keep caches of different KBs, encoders or settings apart"
             )
+        entries = check_entries(path, saved, kb)
         room = self.size - len(self.entries)
-        new = [(q, cands) for q, cands in saved["entries"] if q not in self.entries][-room:] if room > 0 else []
+        new = [(q, cands) for q, cands in entries if q not in self.entries][-room:] if room > 0 else []
         for query, cands in reversed(new):
-            self.entries[query] = [Candidate(str(c), str(n), float(s), bool(a)) for c, n, s, a in cands]
+            self.entries[query] = cands
             self.entries.move_to_end(query, last=False)
         return len(new)
+
+
+class DamagedCacheError(ValueError):
+    """A mention-cache file that cannot be trusted (damaged, edited, or not of this KB); ``str`` names it."""
+
+
+def _entries_sha256(entries: Any) -> str:
+    return hashlib.sha256(json.dumps(entries, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+
+
+def check_entries(path: Union[str, Path], saved: Dict[str, Any], kb: Optional[ConceptKB]) -> List[Tuple[str, List[Candidate]]]:
+    """The entries of a loaded cache file as candidates, each checked: the file's checksum matches
+    them; every candidate is ``[concept id, name, score, ambiguous]`` with a finite score, in
+    descending order; with ``kb``, the id is a concept of it and the name one of that concept's
+    names. A cache is only a speed-up: a wrong entry would link every later mention of its query
+    to the wrong concept, silently, so any doubt discards the file (``DamagedCacheError``)."""
+    entries = saved.get("entries")
+    if not isinstance(entries, list) or saved.get("sha256") != _entries_sha256(entries):
+        raise DamagedCacheError(f"{path}: its entries do not match the checksum written with them (edited or damaged)")
+    out = []
+    for entry in entries:
+        try:
+            query, rows = entry
+            cands = [Candidate(str(c), str(n), float(s), bool(a)) for c, n, s, a in rows]
+        except (TypeError, ValueError):
+            raise DamagedCacheError(f"{path}: a malformed entry ({str(entry)[:80]})") from None
+        scores = [c.score for c in cands]
+        if not all(math.isfinite(s) for s in scores) or not ranked_as_searched(scores):
+            raise DamagedCacheError(f"{path}: the scores of {query!r} are not finite and in the order a search gives ({scores})")
+        for c in cands:
+            problem = _not_in_kb(kb, c) if kb is not None else None
+            if problem is not None:
+                raise DamagedCacheError(f"{path}: the candidate {c.concept_id!r} ({c.name!r}) of {query!r} {problem}")
+        out.append((str(query), cands))
+    return out
+
+
+def ranked_as_searched(scores: Sequence[float]) -> bool:
+    """Whether candidate ``scores`` are in an order ``LinkingKB.candidates`` gives: descending, except that
+    in a KB with a hierarchy a broader concept within ``BROADER_MARGIN`` of the best may come first
+    (``LinkingKB.prefer_broader``)."""
+    rest = scores[1:]
+    if any(a < b for a, b in zip(rest, rest[1:])):
+        return False
+    return not rest or scores[0] >= rest[0] or rest[0] - scores[0] <= BROADER_MARGIN
+
+
+def _not_in_kb(kb: ConceptKB, cand: Candidate) -> Optional[str]:
+    """Why ``cand`` is not a candidate ``kb`` can give (its id is no concept, or its name is not one of
+    that concept's), or None."""
+    try:
+        row = kb.row_of_concept(cand.concept_id)
+    except KeyError:
+        return "is not a concept of the KB"
+    name_row = kb.row_of_name(cand.name)
+    if name_row is None or row not in kb.name_concepts[kb.name_offsets[name_row] : kb.name_offsets[name_row + 1]]:
+        return "does not have that name in the KB"
+    return None
+
+
+class MentionCaches:
+    """The linkers' mention caches in a folder (``<linker name>.mentions.json``), for one process of
+    ``annotate``: loaded at the start, saved after each shard, merged with what another process
+    sharing the folder wrote there since this one last did; a lock keeps them in turn.
+
+    A file that cannot be trusted (``DamagedCacheError``) is not loaded: a warning names it and the
+    next save replaces it (the cache is only a speed-up). A local run saves a shard's cache before
+    the shard is committed, so a run killed in between resumes with the cache the uninterrupted run had."""
+
+    def __init__(self, folder: Union[str, Path]):
+        self.folder = Path(folder)
+        self._written: Dict[str, Any] = {}  # the stamp of each file as this process last read or wrote it
+
+    def _path(self, linker: Any) -> Path:
+        return self.folder / f"{linker.name}.mentions.json"
+
+    def load(self, linkers: Sequence[Any]) -> None:
+        from .fileio import file_stamp
+
+        for linker in linkers:
+            path = self._path(linker)
+            if path.is_file():
+                self._load_checked(linker, path)
+                self._written[str(path)] = file_stamp(path)
+
+    def save(self, linkers: Sequence[Any]) -> None:
+        from filelock import FileLock
+
+        from .fileio import file_stamp
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for linker in linkers:
+            path = self._path(linker)
+            with FileLock(str(path) + ".lock"):
+                if path.is_file() and file_stamp(path) != self._written.get(str(path)):
+                    self._load_checked(linker, path)
+                linker.save_cache(path)
+                self._written[str(path)] = file_stamp(path)
+
+    @staticmethod
+    def _load_checked(linker: Any, path: Path) -> None:
+        import sys
+
+        try:
+            linker.load_cache(path)
+        except DamagedCacheError as e:
+            print(f"warning: {e}; not used (the mention cache is only a speed-up: it is written again)", file=sys.stderr, flush=True)

@@ -1,4 +1,4 @@
-"""Ready pipelines: a mention detector, abbreviations, negation and the linker, assembled in one place.
+"""Ready pipelines: a mention detector, abbreviations, assertion (ConText) and the linker, assembled in one place.
 
 Every entry point (the default HPO pipeline, ``link --kb``, the evaluations) builds its pipeline here,
 so what is measured is what users run.
@@ -42,7 +42,9 @@ def build_pipeline(
     labels: Sequence[str] = (),
     label: Optional[str] = None,
     abbreviations: bool = True,
-    negation: bool = False,
+    assertion: bool = True,
+    negation: Optional[bool] = None,
+    assertion_config: Optional[Dict[str, object]] = None,
     linker_config: Optional[Dict[str, object]] = None,
     span_finder_config: Optional[Dict[str, object]] = None,
     ner_model: Optional[PathLike] = None,
@@ -65,6 +67,11 @@ def build_pipeline(
     ``nested`` (``all``, ``coordinations`` or ``heads``, a span-finder detector only): the span finder also keeps
     nested mentions ("colitis" in "ulcerative colitis") in ``doc.spans["sapbert_nested"]``, which
     the linkers link too; ``doc.ents`` keeps the longest of overlapping ones.
+    ``assertion``: ``sapbert_context`` (``assertion.py``) sets ``span._.negated``, ``historical``,
+    ``hypothetical``, ``uncertain``, ``experiencer``, ``section`` and ``assertion`` on the entities
+    and the nested mentions (``assertion_config``: its settings). ``negation``: the switch's older
+    name (it added negspacy's NegEx, which ``sapbert_context`` replaces; ``span._.negex`` still
+    reads ``span._.negated``): when given, it decides ``assertion``.
     """
     kbs: Dict[str, Any] = {}
     per_label = isinstance(kb, Mapping)
@@ -93,11 +100,13 @@ def build_pipeline(
     searches_linker = any(c.get("linker") == LINKER for c in configs_of)
     if abbreviations:
         nlp.add_pipe("sapbert_abbreviations")
-    if negation:
-        from .negation import add_negation
+    if negation is not None:
+        assertion = negation
+    if assertion:
+        from . import assertion as _assertion  # noqa: F401  (registers the sapbert_context factory)
 
-        # with nested mentions, NegEx reads the span group (the entities are among its spans)
-        add_negation(nlp, ent_types=list(labels) or None, span_keys=[NESTED_SPANS_KEY] if nested else None)
+        # it reads the entities and the nested mentions' span group, after the abbreviations add theirs
+        nlp.add_pipe("sapbert_context", config={"spans_keys": [NESTED_SPANS_KEY], **(assertion_config or {})})
     for name, (kb_path, linked_labels) in (kbs or {LINKER: (str(kb), list(labels))}).items():
         config = {"kb": kb_path, "encoder": None if encoder is None else str(encoder), "labels": linked_labels}
         if searches_linker:

@@ -1,34 +1,29 @@
 """The pieces of ``annotate`` (``annotate.py``) that a local run, its worker processes and a cluster
 worker share: which pipeline to load (``ShardWorker`` holds it), documents through it with
-per-document failures, a shard's bytes in each output format, and the output folder that commits
-shards in order and resumes where a run stopped.
+per-document failures (and time limits: ``time_limit.py``), a shard's bytes in each output format.
+The output folder that commits shards in order and resumes where a run stopped: ``output_folder.py``;
+the mention caches a worker keeps: ``mention_cache.MentionCaches``.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import queue
 import re
-import shutil
 import threading
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from itertools import chain, islice
-from pathlib import Path
 from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from .documents import InputDocument
-from .fileio import PathLike, atomic_open, read_json, write_json
+from .documents import InputDocument, visible_span
+from .fileio import PathLike
+from .time_limit import DocumentTimeout, TimeLimit
 
-MANIFEST = "manifest.json"
-ERRORS = "errors.jsonl"
-FORMAT = "spacy-sapbert-annotations"
-VERSION = 1
 OUTPUT_FORMATS = {"jsonl": ".jsonl", "pubtator": ".pubtator", "spacy": ".spacy"}
 DEFAULT_MAX_CHARS = 1_000_000  # spaCy's own nlp.max_length
 # Fixed pass sizes for annotate (``prepare_pipeline``), so that output does not depend on how documents are
@@ -43,7 +38,6 @@ SEARCH_PASS_QUERIES = 64
 # shards drop theirs (``annotate_shard``)
 KEPT_WORDS_DOCS = 1000
 CACHE_FOLDER = "mention-cache"  # a local run's mention caches, inside OUTPUT unless given elsewhere
-_OUR_FILES = re.compile(r"^(part-\d{5}\.(jsonl|pubtator|spacy)|manifest\.json|errors\.jsonl|\..*\.tmp)$")
 
 
 # ---------------------------------------------------------------------------- the pipeline
@@ -68,7 +62,7 @@ class PipelineSpec:
         if self.pipeline is not None:
             return spacy.load(self.pipeline)
         if self.kb is not None:
-            return build_pipeline(self.kb, self.detector, encoder=self.encoder, negation=True, linker_config={"top_k": self.top_k})
+            return build_pipeline(self.kb, self.detector, encoder=self.encoder, linker_config={"top_k": self.top_k})
         return default_pipeline(self.encoder, detector=self.detector)
 
 
@@ -85,9 +79,6 @@ def linkers_of(nlp: Language) -> List[Any]:
 def span_records(doc: Doc, linkers: Sequence[Any]) -> List[Dict[str, Any]]:
     """One JSON-ready dict per span that ``linkers`` link in ``doc``, by position (a KB is read only
     when there is a span)."""
-    from spacy.tokens import Span
-
-    negation = Span.has_extension("negex")  # set by negspacy's negex when the pipeline has it
     ents = {(e.start, e.end) for e in doc.ents}
     out = []
     for linker in linkers:
@@ -99,9 +90,7 @@ def span_records(doc: Doc, linkers: Sequence[Any]) -> List[Dict[str, Any]]:
             top = cands[0] if cands else None
             out.append(
                 {
-                    "text": span.text,
-                    "start_char": span.start_char,
-                    "end_char": span.end_char,
+                    **visible_span(doc.text, span.start_char, span.end_char),  # text, start_char, end_char
                     "label": span.label_,
                     "nested": (span.start, span.end) not in ents,  # a span-group mention overlapping an entity
                     "cui": cui,
@@ -109,13 +98,29 @@ def span_records(doc: Doc, linkers: Sequence[Any]) -> List[Dict[str, Any]]:
                     "matched_name": top[1] if top and cui else None,
                     "score": round(top[2], 4) if top else None,
                     "ambiguous": bool(top[3]) if top else False,
-                    "negated": bool(span._.negex) if negation else None,
-                    "candidates": [
-                        {"cui": c[0], "name": c[1], "score": round(c[2], 4), "ambiguous": bool(c[3])} for c in cands
+                    **assertion_record(span),
+                    "candidates": [  # by score: "cui" is the linker's choice, which a hierarchy may make a broader concept
+                        {"cui": c[0], "name": c[1], "score": round(c[2], 4), "ambiguous": bool(c[3])}
+                        for c in sorted(cands, key=lambda c: -c[2])
                     ],
                 }
             )
     return sorted(out, key=lambda r: (r["start_char"], r["end_char"]))
+
+
+ASSERTION_FIELDS = ("negated", "uncertain", "hypothetical", "historical", "experiencer", "section", "assertion")
+
+
+def assertion_record(span: Any) -> Dict[str, Any]:
+    """A span's ``sapbert_context`` attributes (``None`` each where no such component ran); from a
+    pipeline saved with negspacy's NegEx (before ``sapbert_context``), ``negated`` is its ``span._.negex``."""
+    from spacy.tokens import Span
+
+    from .assertion import negspacy_negated
+
+    if Span.has_extension("assertion") and span._.assertion is not None:
+        return {name: span._.get(name) for name in ASSERTION_FIELDS}
+    return {**dict.fromkeys(ASSERTION_FIELDS), "negated": negspacy_negated(span)}
 
 
 def pipeline_fingerprint(nlp: Language) -> str:
@@ -168,10 +173,13 @@ class ShardWorker:
     and saved after each shard. A local run, each process of ``--n-process`` and each Dask worker
     hold one."""
 
-    def __init__(self, spec: PipelineSpec, max_chars: int, cache_dir: Optional[PathLike], cache_size: Optional[int]):
+    def __init__(self, spec: PipelineSpec, max_chars: int, cache_dir: Optional[PathLike], cache_size: Optional[int],
+                 max_seconds: Optional[float] = None):
         self.nlp = spec.load()
-        self.max_chars = max_chars
+        self.max_chars, self.max_seconds = max_chars, max_seconds
         self.linkers = prepare_pipeline(self.nlp, max_chars, cache_size)
+        from .mention_cache import MentionCaches
+
         self.caches = MentionCaches(cache_dir) if cache_dir is not None else None
         self._caches_loaded = False
         self.fingerprint = pipeline_fingerprint(self.nlp)
@@ -190,49 +198,10 @@ class ShardWorker:
         keep = 0 if self._kept_words else KEPT_WORDS_DOCS
         self._kept_words = True
         shard = annotate_shard(self.nlp, self.linkers, index, docs, output_format, batch_size=batch_size,
-                               max_chars=self.max_chars, progress=progress, keep_words=keep)
+                               max_chars=self.max_chars, progress=progress, keep_words=keep, max_seconds=self.max_seconds)
         if self.caches is not None:
             self.caches.save(self.linkers)
         return shard
-
-
-class MentionCaches:
-    """The linkers' mention caches in a folder (``<linker name>.mentions.json``), for one process:
-    loaded at the start, saved after each shard, merged with what another process sharing the
-    folder (a cluster worker) wrote there since this one last did; a lock keeps them in turn.
-
-    A local run saves a shard's cache before the shard is committed, so a run killed in between
-    resumes with the cache the uninterrupted run had."""
-
-    def __init__(self, folder: PathLike):
-        self.folder = Path(folder)
-        self._written: Dict[str, Any] = {}  # the stamp of each file as this process last read or wrote it
-
-    def _path(self, linker: Any) -> Path:
-        return self.folder / f"{linker.name}.mentions.json"
-
-    def load(self, linkers: Sequence[Any]) -> None:
-        from .fileio import file_stamp
-
-        for linker in linkers:
-            path = self._path(linker)
-            if path.is_file():
-                linker.load_cache(path)
-                self._written[str(path)] = file_stamp(path)
-
-    def save(self, linkers: Sequence[Any]) -> None:
-        from filelock import FileLock
-
-        from .fileio import file_stamp
-
-        self.folder.mkdir(parents=True, exist_ok=True)
-        for linker in linkers:
-            path = self._path(linker)
-            with FileLock(str(path) + ".lock"):
-                if path.is_file() and file_stamp(path) != self._written.get(str(path)):
-                    linker.load_cache(path)
-                linker.save_cache(path)
-                self._written[str(path)] = file_stamp(path)
 
 
 # ---------------------------------------------------------------------------- documents through the pipeline
@@ -248,6 +217,8 @@ class _BatchFailures:
         self.raising = False
 
     def __call__(self, name: str, proc: Any, docs: Any, e: Exception) -> None:
+        if isinstance(e, DocumentTimeout):  # out of nlp.pipe: the batch's documents run again alone
+            raise DocumentError(f"{name}: {e}") if self.raising else e
         if self.raising and isinstance(e, DocumentError):
             raise e
         if self.raising:
@@ -267,34 +238,44 @@ def _set_error_handler(nlp: Language, handler: _BatchFailures) -> None:
 
 
 def link_documents(
-    nlp: Language, docs: Iterable[InputDocument], *, batch_size: Optional[int] = None, max_chars: int = DEFAULT_MAX_CHARS
+    nlp: Language, docs: Iterable[InputDocument], *, batch_size: Optional[int] = None, max_chars: int = DEFAULT_MAX_CHARS,
+    max_seconds: Optional[float] = None,
 ) -> Iterator[Tuple[InputDocument, Optional[Doc], Optional[str]]]:
     """Each document with its annotated ``Doc``, or with None and why it failed, in input order.
 
     Documents stream through ``nlp.pipe``, ``batch_size`` at a time (None: the pipeline's). A document
     the reader could not read, or longer than ``max_chars``, never enters it. A batch that fails in a component
     (spaCy's ``set_error_handler``), or an error that escapes the pipeline, drops only the documents
-    in flight: each runs again alone, and only one that fails alone is reported.
+    in flight: each runs again alone, and only one that fails alone is reported. ``max_seconds``: each
+    step of ``nlp.pipe`` (a batch through the components), then each document run alone, may take that
+    long (``time_limit.py``); None: no limit.
     """
     handler = _BatchFailures()
     _set_error_handler(nlp, handler)
     stream = iter(docs)
-    while True:
-        pending: Deque[Tuple[Optional[int], InputDocument, Optional[str]]] = deque()
-        try:
-            for doc, n in nlp.pipe(_feed(stream, pending, max_chars), as_tuples=True, batch_size=batch_size):
-                while pending[0][0] != n:
-                    yield _alone(nlp, handler, *pending.popleft())
-                yield pending.popleft()[1], doc, None
-            finished = True
-        except Exception:
-            if not pending:  # nothing in flight: the pipeline itself is broken, not a document
-                raise
-            finished = False
-        while pending:
-            yield _alone(nlp, handler, *pending.popleft())
-        if finished:
-            return
+    with TimeLimit(max_seconds) as limit:
+        while True:
+            pending: Deque[Tuple[Optional[int], InputDocument, Optional[str]]] = deque()
+            try:
+                annotated = nlp.pipe(_feed(stream, pending, max_chars), as_tuples=True, batch_size=batch_size)
+                while True:
+                    with limit.running():
+                        found = next(annotated, None)
+                    if found is None:
+                        break
+                    doc, n = found
+                    while pending[0][0] != n:
+                        yield _alone(nlp, handler, limit, *pending.popleft())
+                    yield pending.popleft()[1], doc, None
+                finished = True
+            except Exception:
+                if not pending:  # nothing in flight: the pipeline itself is broken, not a document
+                    raise
+                finished = False
+            while pending:
+                yield _alone(nlp, handler, limit, *pending.popleft())
+            if finished:
+                return
 
 
 def _feed(stream: Iterator[InputDocument], pending: Deque, max_chars: int) -> Iterator[Tuple[str, int]]:
@@ -315,15 +296,16 @@ def _unreadable(doc: InputDocument, max_chars: int) -> Optional[str]:
     return None
 
 
-def _alone(nlp: Language, handler: _BatchFailures, _n: Optional[int], doc: InputDocument, reason: Optional[str]):
-    """A document of ``pending`` settled: its reason, if it was never fed, else its run alone."""
+def _alone(nlp: Language, handler: _BatchFailures, limit: TimeLimit, _n: Optional[int], doc: InputDocument, reason: Optional[str]):
+    """A document of ``pending`` settled: its reason, if it was never fed, else its run alone (within ``limit``)."""
     if reason is not None:
         return doc, None, reason
     handler.raising = True
     try:
-        return doc, nlp(doc.text), None
+        with limit.running():
+            return doc, nlp(doc.text), None
     except Exception as e:
-        return doc, None, str(e) if isinstance(e, DocumentError) else f"{type(e).__name__}: {e}"
+        return doc, None, str(e) if isinstance(e, (DocumentError, DocumentTimeout)) else f"{type(e).__name__}: {e}"
     finally:
         handler.raising = False
 
@@ -342,13 +324,22 @@ class Shard:
     ids_sha256: str
 
 
-def _add_id(h: Any, doc: InputDocument) -> None:
+def add_document_id(h: Any, doc: InputDocument) -> None:
+    """Feed a document's id (its ``key``) to the hash of a shard's ids (``Shard.ids_sha256``)."""
     h.update(json.dumps(doc.key, ensure_ascii=False).encode() + b"\n")
 
 
 def _one_line(text: str) -> str:
     """Line breaks as spaces: a PubTator line holds the whole text, and its offsets stay valid."""
     return re.sub(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029\t]", " ", text)
+
+
+def error_place(item: InputDocument) -> Dict[str, Any]:
+    """Where a failed document is in the input, for its ``errors.jsonl`` record: its ``file`` (a folder's
+    documents are files), else its ``line`` (line formats, PubTator), else nothing (a BioC document)."""
+    if item.file is not None:
+        return {"file": item.file}
+    return {"line": item.line} if item.line is not None else {}
 
 
 def make_shard(
@@ -367,13 +358,13 @@ def make_shard(
     docs = mentions = 0
     for item, doc, reason in results:
         docs += 1
-        _add_id(ids, item)
+        add_document_id(ids, item)
         records = span_records(doc, linkers) if doc is not None else []
         mentions += len(records)
         if progress is not None:
             progress.add(1, len(records))
         if doc is None:
-            errors.append({"id": item.key, **({"line": item.line} if item.line is not None else {}), "reason": reason})
+            errors.append({"id": item.id, **error_place(item), "reason": reason})
         elif bin_ is not None:
             doc.user_data["id"] = item.key
             if item.fields:
@@ -392,14 +383,28 @@ def _pubtator(item: InputDocument, records: List[Dict[str, Any]]) -> str:
     title, abstract = (text[:cut], text[cut + 1 :]) if cut is not None and text[cut : cut + 1] == " " else (text, "")
     lines = [f"{item.key}|t|{title}", f"{item.key}|a|{abstract}"]
     lines += [
-        f"{item.key}\t{r['start_char']}\t{r['end_char']}\t{_one_line(r['text'])}\t{r['label']}\t{r['cui'] or '-1'}" for r in records
+        f"{item.key}\t{r['start_char']}\t{r['end_char']}\t{_one_line(r['text'])}\t{r['label']}\t{r['cui'] or '-1'}{_assertion_column(r)}"
+        for r in records
     ]
     return "\n".join(lines) + "\n\n"
+
+
+def _assertion_column(record: Dict[str, Any]) -> str:
+    """PubTator's optional 7th column (readers that want six ignore it): the span's assertion,
+    ``assertion=absent;negated=1;uncertain=0;hypothetical=0;historical=1;experiencer=patient;section=...``
+    (only what is known: nothing without ``sapbert_context``, ``negated`` alone from negspacy's NegEx)."""
+    parts = []
+    for name in ("assertion",) + ASSERTION_FIELDS[:-1]:
+        value = record.get(name)
+        if value is not None:
+            parts.append(f"{name}={int(value) if isinstance(value, bool) else value}")
+    return "\t" + ";".join(parts) if parts else ""
 
 
 def annotate_shard(
     nlp: Language, linkers: Sequence[Any], index: int, docs: Sequence[InputDocument], output_format: str, *,
     batch_size: Optional[int] = None, max_chars: int = DEFAULT_MAX_CHARS, progress: Any = None, keep_words: int = 0,
+    max_seconds: Optional[float] = None,
 ) -> Shard:
     """One shard from its documents (a local run's step, a cluster worker's task), inside a spaCy
     memory zone: the strings its documents add to the vocab are dropped with them, so a long run's
@@ -407,9 +412,10 @@ def annotate_shard(
     documents run before the zone opens: their words stay, and later shards find the common words
     already made (without them every shard makes its words again, which slowed the HPO default
     measurably). The output is the same either way."""
-    kept = list(link_documents(nlp, docs[:keep_words], batch_size=batch_size, max_chars=max_chars)) if keep_words else []
+    limits = {"batch_size": batch_size, "max_chars": max_chars, "max_seconds": max_seconds}
+    kept = list(link_documents(nlp, docs[:keep_words], **limits)) if keep_words else []
     with nlp.memory_zone():
-        results = chain(kept, link_documents(nlp, docs[len(kept):], batch_size=batch_size, max_chars=max_chars))
+        results = chain(kept, link_documents(nlp, docs[len(kept):], **limits))
         return make_shard(index, results, output_format, linkers, progress)
 
 
@@ -469,94 +475,3 @@ def tasks_in_flight(
                 continue
         for finished in sorted(done & running.keys(), key=lambda f: running[f][0]):
             yield running.pop(finished)[1]
-
-
-# ---------------------------------------------------------------------------- the output folder
-class OutputFolder:
-    """OUTPUT: its manifest, shards and errors file. Shards are committed in order whatever order they
-    finish in, so the folder's bytes never depend on it; the manifest lists the committed ones."""
-
-    def __init__(self, path: PathLike, run: Dict[str, Any], pipeline: Dict[str, Any], overwrite: bool = False):
-        self.path = Path(path)
-        self.run = run
-        manifest = self.path / MANIFEST
-        found = read_json(manifest) if manifest.is_file() else None
-        if found is not None and found.get("format") != FORMAT:
-            raise ValueError(f"{manifest} was not written by annotate")
-        if overwrite:
-            found = None
-        elif found is not None and found["run"] != run:
-            changed = ", ".join(f"{k}: {found['run'].get(k)!r} then, {run.get(k)!r} now" for k in run if found["run"].get(k) != run.get(k))
-            raise ValueError(f"{self.path} holds the output of another run ({changed}); resume it with its arguments, or pass --overwrite")
-        elif found is None and self.path.is_dir() and any(self.path.iterdir()):
-            raise ValueError(f"{self.path} is not empty and has no {MANIFEST}: choose a new output folder, or pass --overwrite")
-        self.path.mkdir(parents=True, exist_ok=True)
-        for p in self.path.iterdir():  # temporary files of a killed run; with --overwrite, the old output
-            if found is None and p.name == CACHE_FOLDER:
-                shutil.rmtree(p)
-            elif p.name.startswith(".") and p.name.endswith(".tmp") or (found is None and _OUR_FILES.match(p.name)):
-                p.unlink()
-        self.manifest: Dict[str, Any] = found or {"format": FORMAT, "version": VERSION, "run": run, "shards": [], "complete": False}
-        self.manifest["pipeline"] = pipeline
-        errors_end = self.shards[-1]["errors_end"] if self.shards else 0
-        with open(self.path / ERRORS, "ab") as f:  # back to what the finished shards wrote
-            f.truncate(errors_end)
-        self._waiting: Dict[int, Shard] = {}
-        write_json(manifest, self.manifest)
-
-    @property
-    def shards(self) -> List[Dict[str, Any]]:
-        return self.manifest["shards"]
-
-    @property
-    def complete(self) -> bool:
-        return bool(self.manifest["complete"])
-
-    def skip_finished(self, docs: Iterator[InputDocument]) -> Iterator[InputDocument]:
-        """``docs`` after those of the finished shards, which are checked to be the same documents."""
-        size = self.run["shard_size"]
-        for entry in self.shards:
-            ids = hashlib.sha256()
-            n = 0
-            for doc in islice(docs, size):
-                _add_id(ids, doc)
-                n += 1
-            if (n, ids.hexdigest()) != (entry["docs"], entry["ids_sha256"]):
-                raise ValueError(f"{self.run['input']}: the documents of {entry['file']} are not those it was written from; the input changed")
-        return docs
-
-    def commit(self, shard: Shard) -> List[Dict[str, Any]]:
-        """Take a finished shard; write it and every shard it was the last one missing for, in order.
-        Returns the manifest entries written."""
-        self._waiting[shard.index] = shard
-        written = []
-        while len(self.shards) in self._waiting:
-            written.append(self._write(self._waiting.pop(len(self.shards))))
-        return written
-
-    def _write(self, shard: Shard) -> Dict[str, Any]:
-        name = f"part-{shard.index:05d}{OUTPUT_FORMATS[self.run['output_format']]}"
-        with atomic_open(self.path / name, "wb") as f:
-            f.write(shard.data)
-        with open(self.path / ERRORS, "ab") as f:
-            f.writelines((json.dumps(e, ensure_ascii=False) + "\n").encode() for e in shard.errors)
-            f.flush()
-            os.fsync(f.fileno())
-            errors_end = f.tell()
-        entry = {
-            "file": name, "docs": shard.docs, "annotated": shard.annotated, "errors": len(shard.errors),
-            "mentions": shard.mentions, "sha256": hashlib.sha256(shard.data).hexdigest(), "ids_sha256": shard.ids_sha256,
-            "errors_end": errors_end,
-        }
-        self.shards.append(entry)
-        write_json(self.path / MANIFEST, self.manifest)
-        return entry
-
-    def finish(self) -> None:
-        if self._waiting:
-            raise RuntimeError(f"shards {sorted(self._waiting)} finished but not the ones before them")
-        self.manifest["complete"] = True
-        write_json(self.path / MANIFEST, self.manifest)
-
-    def totals(self) -> Dict[str, int]:
-        return {k: sum(int(e[k]) for e in self.shards) for k in ("docs", "annotated", "errors", "mentions")}

@@ -43,12 +43,16 @@ TEXTS = [
 IDS = [f"doc{i:02d}" for i in range(len(TEXTS))]
 
 
+def build_kb(path: Path, encoder) -> Path:
+    """The three-concept KB the annotate tests link against."""
+    records = [R("HP:1", "Seizure", ["Convulsion", "Fits"]), R("HP:2", "Headache", ["Cephalgia"]), R("HP:3", "Fever", ["Pyrexia"])]
+    LinkingKB.build(records, encoder).to_disk(path)
+    return path
+
+
 @pytest.fixture(scope="module")
 def kb(tmp_path_factory, tiny_encoder) -> Path:
-    path = tmp_path_factory.mktemp("annotate") / "kb"
-    records = [R("HP:1", "Seizure", ["Convulsion", "Fits"]), R("HP:2", "Headache", ["Cephalgia"]), R("HP:3", "Fever", ["Pyrexia"])]
-    LinkingKB.build(records, tiny_encoder).to_disk(path)
-    return path
+    return build_kb(tmp_path_factory.mktemp("annotate") / "kb", tiny_encoder)
 
 
 def write_jsonl(path: Path, texts=TEXTS, ids=IDS, extra: str = "") -> Path:
@@ -184,17 +188,22 @@ def make_batch_breaker(nlp, name):
     return BatchBreaker()
 
 
-@pytest.mark.parametrize("n_process", [1, 2])
-def test_failing_documents_are_listed_and_the_rest_annotated(tmp_path, kb, monkeypatch, n_process):
+def add_first(monkeypatch, *components: str) -> None:
+    """Every pipeline the run loads (worker processes too: they are forked) gets ``components`` first."""
     original = PipelineSpec.load
 
     def load(spec):
         nlp = original(spec)
-        nlp.add_pipe("annotate_test_boom", first=True)
-        nlp.add_pipe("annotate_test_batch_breaker", first=True)
+        for name in components:
+            nlp.add_pipe(name, first=True)
         return nlp
 
     monkeypatch.setattr(PipelineSpec, "load", load)
+
+
+@pytest.mark.parametrize("n_process", [1, 2])
+def test_failing_documents_are_listed_and_the_rest_annotated(tmp_path, kb, monkeypatch, n_process):
+    add_first(monkeypatch, "annotate_test_boom", "annotate_test_batch_breaker")
     texts = list(TEXTS)
     texts[5] = "Fever, then BOOM."
     texts[9] = "Seizure and a CRASH."
@@ -208,12 +217,26 @@ def test_failing_documents_are_listed_and_the_rest_annotated(tmp_path, kb, monke
         ("doc05", "annotate_test_boom: ValueError: this document breaks the component"),
         ("doc09", "annotate_test_batch_breaker: RuntimeError: the batch crashed"),
         ("doc14", "300 characters, more than the limit of 200 (--max-chars)"),
-        (21, "not a JSON line (Expecting ',' delimiter, column 18)"),
-        (22, "not UTF-8 (invalid continuation byte at byte 29)"),
+        (None, "not a JSON line (Expecting ',' delimiter, column 18)"),  # a malformed line's id is null, with its line
+        (None, "not UTF-8 (invalid continuation byte at byte 29)"),
     ]
+    assert [e.get("line") for e in errors] == [6, 10, 15, 21, 22]
     good = [i for i in IDS if i not in ("doc05", "doc09", "doc14")]
     assert [r["id"] for r in records(tmp_path / "out")] == good  # the others of the failing batches too
     assert summary.failed == 5 and summary.totals["docs"] == 22
+
+
+def test_errors_of_a_folder_input_name_their_file(tmp_path, kb):
+    """A folder's documents are files: a failed one's record names it, as a line format's names its line."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.txt").write_text("Fever.", encoding="utf8")
+    (folder / "b.txt").write_bytes(b"caf\xe9 fever")
+    (folder / "c.txt").write_text("fever " * 50, encoding="utf8")
+    run(folder, tmp_path / "out", kb, max_chars=200)
+    errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert [(e["id"], e["file"], "line" in e) for e in errors] == [("b", str(folder / "b.txt"), False), ("c", str(folder / "c.txt"), False)]
+    assert errors[1]["reason"] == "300 characters, more than the limit of 200 (--max-chars)"
 
 
 def test_cli_exit_status_and_message_count_the_failures(tmp_path, kb):
@@ -287,8 +310,9 @@ def test_killed_run_resumes_to_the_same_bytes(tmp_path, kb, n_process):
     resumed = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
     assert resumed.returncode == 1 and "error: 1 of 30 documents failed" in resumed.stderr, resumed.stderr
     assert "(2 finished before); this run: 10 documents" in resumed.stderr
-    summary = run(source, tmp_path / "whole", kb, shard_size=10, batch_size=4)
+    summary = run(source, tmp_path / "whole", kb, shard_size=10, batch_size=4, n_process=n_process)
     assert summary.shards == 3 and files(out) == files(tmp_path / "whole")
+    assert files(out / "mention-cache") == files(tmp_path / "whole" / "mention-cache")  # the cache file too
 
 
 @pytest.mark.parametrize("output_format", ["jsonl", "spacy"])

@@ -167,3 +167,39 @@ def test_evaluate_command_writes_the_documented_fields(tmp_path):
     assert all(k in data for k in fields + ("ambiguous_top1_share", "mentions_per_s"))
     assert data["n_queries"] == 960
     assert data["strict_acc@1"] <= data["lenient_acc@1"] <= data["lenient_acc@5"]
+
+
+def test_link_reads_standard_input(tmp_path, tiny_bert_path):
+    """``link -`` and a bare ``link`` with input piped in link all of it as one text; ``--input -``
+    reads documents from it; an empty standard input is an error, as an empty file is."""
+    assert build(tmp_path, tiny_bert_path).exit_code == 0
+    kb = ["--kb", str(tmp_path / "kb")]
+    for args in (["link", "-", *kb], ["link", *kb]):
+        result = CliRunner().invoke(app, args, input="The patient had a seizure.\nNo fever.\n")
+        assert result.exit_code == 0, result.output
+        assert [json.loads(line)["cui"] for line in result.output.splitlines()] == ["HP:1", "HP:3"]
+    result = CliRunner().invoke(app, ["link", "--input", "-", *kb], input="fever\nnothing here\nseizure\n")
+    assert result.exit_code == 0, result.output
+    assert [(r["line"], [s["cui"] for s in r["spans"]]) for r in map(json.loads, result.output.splitlines())] == [
+        (1, ["HP:3"]), (2, []), (3, ["HP:1"])]
+    result = CliRunner().invoke(app, ["link", "-", *kb], input="  \n")
+    assert result.exit_code == 1 and last_line(result) == "<stdin>: empty input: no text to link"
+    result = CliRunner().invoke(app, ["link", "--input", str(tmp_path / "missing.txt"), *kb])
+    assert result.exit_code == 1 and last_line(result) == f"{tmp_path / 'missing.txt'}: no such file"
+
+
+def test_printed_candidates_are_by_score_and_cui_is_the_linkers_choice(tmp_path, tiny_bert_path):
+    """A hierarchy can make the linker choose a broader concept that scores a little lower
+    (``LinkingKB.prefer_broader``): the printed list is by score, ``cui`` says what was chosen."""
+    from spacy_sapbert.pipelines import build_pipeline
+    from spacy_sapbert.shards import linkers_of, span_records
+
+    assert build(tmp_path, tiny_bert_path).exit_code == 0
+    nlp = build_pipeline(tmp_path / "kb", "ruler", encoder=tiny_bert_path, linker_config={"precision": "fp32"})
+    doc = nlp("fever")
+    (span,) = doc.ents
+    span._.cui = "HP:2"  # as prefer_broader ranks: the chosen broader concept first, a subtype above it
+    span._.cui_candidates = [("HP:2", "Headache", 0.95, False), ("HP:3", "Fever", 0.97, False), ("HP:1", "Seizure", 0.5, False)]
+    (record,) = span_records(doc, linkers_of(nlp))
+    assert [c["cui"] for c in record["candidates"]] == ["HP:3", "HP:2", "HP:1"]
+    assert (record["cui"], record["score"]) == ("HP:2", 0.95)

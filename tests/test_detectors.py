@@ -44,7 +44,7 @@ def toy():
 def test_a_detector_registered_outside_the_package_builds_and_links(toy, kb_path, tiny_bert_path):
     assert toy in registered_detectors()
     nlp = build_pipeline(kb_path, toy, encoder=tiny_bert_path, label="DISEASE", linker_config=FP32)
-    assert nlp.pipe_names == ["toy_ruler", "sapbert_abbreviations", "sapbert_linker"]
+    assert nlp.pipe_names == ["toy_ruler", "sapbert_abbreviations", "sapbert_context", "sapbert_linker"]
     doc = nlp("Severe anemia.")
     assert [(e.text, e.label_, e.kb_id_) for e in doc.ents] == [("anemia", "DISEASE", "D:4")]
     assert nlp.get_pipe("sapbert_linker").overlap is True  # nothing else searches through the linker

@@ -126,7 +126,7 @@ def test_ruler_pipeline_end_to_end(mini_ncbi, tmp_path, tiny_bert_path, dictiona
     for key, value in expected.items():
         assert result[key] == round(value, 4), key
     assert result["counts"]["gold_unlinkable"] == 1 and result["counts"]["documents"] == 2
-    assert result["pipeline"] == ["entity_ruler", "sapbert_abbreviations", "sapbert_linker"]
+    assert result["pipeline"] == ["entity_ruler", "sapbert_abbreviations", "sapbert_context", "sapbert_linker"]
     for key in ("detector", "dictionary", "mention_f1", "link_f1", "doc_f1", "overlap_f1", "abstracts_per_s", "peak_rss_mb",
                 "machine_cpu", "command"):
         assert result[key] is not None, key

@@ -85,7 +85,7 @@ def test_encoder_links_gold_spans_in_the_pipeline_and_caches_the_kb(mini_ncbi, t
     # the names the KB holds exactly come first whatever the random encoder: "breast cancer",
     # "ms" (ambiguous: lenient only) and, after the spell-check list, "colorectal cancer"
     assert first["lenient_acc@1"] >= 60.0 and first["strict_acc@1"] >= 40.0
-    assert first["pipeline"] == ["sapbert_abbreviations", "sapbert_linker"]
+    assert first["pipeline"] == ["sapbert_abbreviations", "sapbert_context", "sapbert_linker"]
     assert first["gold_spans"]["mentions"] == 5 and first["gold_spans"]["unlinked"] == 0
     outside = first["outside_pipeline"]  # the spell-check list turns "colorectal tumour" into a KB name
     assert outside["spelling_list"] and outside["without_spelling_list"]["lenient_acc@1"] < first["lenient_acc@1"]

@@ -296,7 +296,7 @@ def test_build_pipeline_command_saves_a_loadable_pipeline(kb_path, tiny_bert_pat
     nlp = spacy.load(out)
     assert nlp.meta["name"] == "tiny" and nlp.meta["version"] == "1.2.3"
     assert nlp.pipe_names[0] == "sapbert_span_finder" and nlp.pipe_names[-1] == "sapbert_linker"
-    assert "negex" in nlp.pipe_names and "sapbert_abbreviations" in nlp.pipe_names
+    assert "sapbert_context" in nlp.pipe_names and "sapbert_abbreviations" in nlp.pipe_names
     assert [e.text for e in nlp("Two breast cancers.").ents] == ["breast cancers"]
     bad = CliRunner().invoke(app, ["build-pipeline", str(tmp_path / "x"), "--kb", str(kb_path), "--kb", "A=" + str(kb_path)])
     assert bad.exit_code != 0

@@ -190,7 +190,7 @@ def test_ner_trf_detector_feeds_one_linker_per_label(tiny_bert_path, tmp_path):
         build_kb_folder([ConceptRecord(id=cid, name=name)], encoder, tmp_path / label, progress=False)
     pipeline = build_pipeline({"Chemical": tmp_path / "Chemical", "Disease": tmp_path / "Disease"}, "ner-trf",
                               ner_model=tmp_path / "tagger", abbreviations=False)
-    assert pipeline.pipe_names == ["sapbert_ner", "sapbert_linker_chemical", "sapbert_linker_disease"]
+    assert pipeline.pipe_names == ["sapbert_ner", "sapbert_context", "sapbert_linker_chemical", "sapbert_linker_disease"]
     doc = pipeline(TEXT)
     assert {e.label_ for e in doc.ents} == {"Chemical", "Disease"}
     assert all(e.kb_id_ == ("C:1" if e.label_ == "Chemical" else "D:1") for e in doc.ents)

@@ -11,7 +11,6 @@ are the adapted model's (frozen base + adapter, unmerged), so a resumed run cont
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import re
@@ -23,7 +22,7 @@ from typing import Any, Dict, Iterator, List, Optional
 import torch
 from safetensors.torch import load_file, save_file
 
-from spacy_sapbert.fileio import read_json, replace_dir, write_json
+from spacy_sapbert.fileio import file_sha256, read_json, replace_dir, write_json
 
 STATE_FILE = "state.json"
 MODEL_FILE = "model.safetensors"
@@ -121,14 +120,6 @@ class CorruptCheckpointError(ValueError):
     """A checkpoint's files do not match the checksums written with them, or cannot be read."""
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 24):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_checksums(folder: Path) -> None:
     """``checksums.json``: the sha256 of every other file in ``folder`` (written last)."""
     sums = {p.name: file_sha256(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != CHECKSUM_FILE}
@@ -180,6 +171,14 @@ def list_checkpoints(root: Path) -> List[Path]:
         return []
     found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and (p / STATE_FILE).is_file()]
     return [p for _, p in sorted(found)]
+
+
+def incomplete_checkpoints(root: Path) -> List[Path]:
+    """Checkpoint folders (``step-N``) without ``state.json``: never resumed from, and reported as such
+    (a published checkpoint always has it: one without was damaged or emptied by hand)."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if _STEP_DIR.match(p.name) and p.is_dir() and not (p / STATE_FILE).is_file())
 
 
 def latest_checkpoint(root: Path) -> Optional[Path]:

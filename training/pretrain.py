@@ -21,9 +21,19 @@ def pretrain(
     config: str = typer.Argument(..., help="config file, or the name of one in training/configs (sapbert, cpu)"),
     resume: bool = typer.Option(False, "--resume", help="continue from the latest checkpoint in the output folder"),
     progress: bool = typer.Option(True, help="show a progress bar"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="on a training fault, show the traceback (default: one line)"),
 ) -> None:
     """Train an encoder so that all names of a concept lie close together."""
-    summary = train_from_file(config, ctx.args, resume=resume, progress=progress)
+    from .checkpoint import CorruptCheckpointError
+    from .trainer import NonFiniteLossError
+
+    try:
+        summary = train_from_file(config, ctx.args, resume=resume, progress=progress)
+    except (NonFiniteLossError, CorruptCheckpointError) as e:  # faults the run names itself: one line, exit status 1
+        if verbose:
+            raise
+        typer.echo(f"error: {' '.join(str(e).splitlines())}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(json.dumps(summary, indent=2))
 
 

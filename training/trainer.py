@@ -330,6 +330,8 @@ class Trainer:
         reported, renamed aside (hidden, kept for inspection) and the previous one is taken."""
         found: Optional[Path] = None
         damaged: Dict[Path, str] = {}
+        for folder in ckpt.incomplete_checkpoints(self.paths.checkpoints) if self.info.is_main else ():
+            print(f"warning: {folder} has no {ckpt.STATE_FILE}: not a complete checkpoint, not resumed from", file=sys.stderr)
         for folder in reversed(ckpt.list_checkpoints(self.paths.checkpoints)):
             try:
                 if not ckpt.verify_checkpoint(folder) and self.info.is_main:

@@ -1,0 +1,282 @@
+"""Assertion on the NegEx/ConText test set: negated, historical, hypothetical, other experiencer on gold spans.
+
+The test set (``assets/negex/README.md``: source, licence, checksum, how to fetch it) has 2,376
+sentences from de-identified clinical reports, one condition each, annotated by physicians with its
+negation status (Negated / Affirmed), temporality (Recent / Historical / "Not particular", i.e.
+hypothetical) and experiencer (Patient / Other / Family member). Each line is tab-separated:
+``id, a blank column, condition, sentence, negation, temporality, experiencer`` (checked on reading).
+
+Each sentence becomes one ``Doc`` through the shipped tokenizer; the condition, found in the sentence
+case-insensitively and whitespace-tolerantly (the test set writes it in capitals there), is the gold
+span in ``doc.ents`` (where the sentence was cut short and holds only part of the condition, 11
+lines, the longest run of its words that it holds); the ``sapbert_context`` component runs as the default pipeline runs it and each
+attribute is scored against the annotation: P, R, F, accuracy and the confusion table, for lines
+1-1,200 (dev: the only lines the lexicon was tuned on), lines 1,201-2,376 (test) and the whole set.
+negspacy's NegEx (``spacy_sapbert.negation.add_negation``, the package's negation before
+``sapbert_context``) runs on the same spans for the negation baseline; GenNegEx v1.2's published
+whole-set figure (its README: F 0.946, accuracy 97.7%) is quoted beside them.
+
+    python benchmarks/negex_context.py [--data assets/negex/rsAnnotations-1-120-random.txt]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import spacy
+from spacy.language import Language
+from spacy.tokens import Doc, Span
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = ROOT / "assets" / "negex" / "rsAnnotations-1-120-random.txt"
+OUTPUT = ROOT / "benchmarks" / "results" / "negex_context.json"
+DEV_LINES = 1200  # lines 1..1200: dev (tuning); 1201..: test
+
+NEGATION = ("Negated", "Affirmed")
+TEMPORALITY = ("Recent", "Historical", "Not particular")
+EXPERIENCER = ("Patient", "Other", "Family member")
+
+# GenNegEx v1.2's README (GeneralNegEx.Java.v.1.2.05092009/README in the same repository), whole set
+GENNEGEX = {"name": "GenNegEx v1.2 (published, whole set)", "tp": 471, "fp": 33, "fn": 20, "tn": 1852,
+            "precision": 0.9345, "recall": 0.9593, "f": 0.9467, "accuracy": 0.9777,
+            "note": "10 sentences it called 'possible' are counted neither negated nor affirmed there"}
+
+
+@dataclass(frozen=True)
+class Row:
+    line: int
+    condition: str
+    sentence: str
+    negation: str
+    temporality: str
+    experiencer: str
+
+    @property
+    def gold(self) -> Dict[str, bool]:
+        return {"negated": self.negation == "Negated", "historical": self.temporality == "Historical",
+                "hypothetical": self.temporality == "Not particular", "other": self.experiencer != "Patient"}
+
+
+def read_rows(path: Path) -> List[Row]:
+    """The test set's lines, the column layout checked (7 tab-separated columns, known values)."""
+    rows = []
+    with open(path, encoding="utf8", newline="") as f:
+        for n, line in enumerate(f, 1):
+            cols = line.rstrip("\r\n").split("\t")
+            if len(cols) != 7:
+                raise ValueError(f"{path}:{n}: expected 7 tab-separated columns (id, blank, condition, sentence, "
+                                 f"negation, temporality, experiencer), got {len(cols)}")
+            ident, _blank, condition, sentence, negation, temporality, experiencer = cols
+            if int(ident) != n:
+                raise ValueError(f"{path}:{n}: the id column says {ident}")
+            if negation not in NEGATION or temporality not in TEMPORALITY or experiencer not in EXPERIENCER:
+                raise ValueError(f"{path}:{n}: unknown value in {negation!r}, {temporality!r}, {experiencer!r}")
+            rows.append(Row(n, condition, sentence, negation, temporality, experiencer))
+    return rows
+
+
+def _find(words: Sequence[str], sentence: str) -> Optional[Tuple[int, int]]:
+    pattern = re.compile(r"\s+".join(re.escape(w) for w in words), re.IGNORECASE)
+    found = list(pattern.finditer(sentence))
+    if not found:
+        return None
+    marked = [m for m in found if m.group(0) == m.group(0).upper() and m.group(0) != m.group(0).lower()]
+    m = marked[0] if marked and len(marked) < len(found) else found[0]
+    return m.start(), m.end()
+
+
+def locate(condition: str, sentence: str, partly: bool = False) -> Optional[Tuple[int, int]]:
+    """Character offsets of the condition in the sentence: case-insensitive, any run of whitespace
+    for a space; where it occurs more than once, the occurrence written in capitals (the test set's
+    mark), else the first. With ``partly``, where the whole condition is not in the sentence (11
+    lines: the sentence was cut short), the longest run of its words that is."""
+    words = condition.split()
+    if not words:
+        return None
+    where = _find(words, sentence)
+    if where is not None or not partly:
+        return where
+    for size in range(len(words) - 1, 0, -1):
+        for start in range(len(words) - size, -1, -1):  # later words first: the finding ends the condition
+            run = words[start:start + size]
+            if any(c.isalpha() for w in run for c in w):
+                where = _find(run, sentence)
+                if where is not None:
+                    return where
+    return None
+
+
+def gold_doc(nlp: Language, row: Row) -> Optional[Doc]:
+    """The sentence as a Doc with the condition as its one entity (None where it is not found)."""
+    where = locate(row.condition, row.sentence, partly=True)
+    if where is None:
+        return None
+    doc = nlp.make_doc(row.sentence)
+    span = doc.char_span(where[0], where[1], label="CONDITION", alignment_mode="expand")
+    if span is None:
+        return None
+    doc.ents = [span]
+    return doc
+
+
+def make_tokenizer_nlp() -> Language:
+    """A blank English pipeline with the shipped pipelines' tokenizer."""
+    from spacy_sapbert.tokenizer import TOKENIZER_CONFIG
+
+    return spacy.blank("en", config={"nlp": {"tokenizer": TOKENIZER_CONFIG}})
+
+
+def context_pipeline(config: Optional[Dict[str, object]] = None) -> Language:
+    """The tokenizer and ``sapbert_context`` with the settings the default pipeline gives it."""
+    import spacy_sapbert.assertion  # noqa: F401  (registers the factory)
+
+    nlp = make_tokenizer_nlp()
+    nlp.add_pipe("sapbert_context", config=dict(config or {}))
+    return nlp
+
+
+def negspacy_pipeline() -> Language:
+    from spacy_sapbert.negation import add_negation
+
+    nlp = make_tokenizer_nlp()
+    add_negation(nlp)
+    return nlp
+
+
+def score(gold: Sequence[bool], predicted: Sequence[bool]) -> Dict[str, float]:
+    tp = sum(g and p for g, p in zip(gold, predicted))
+    fp = sum(p and not g for g, p in zip(gold, predicted))
+    fn = sum(g and not p for g, p in zip(gold, predicted))
+    tn = sum(not g and not p for g, p in zip(gold, predicted))
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    n = tp + fp + fn + tn
+    return {"n": n, "tp": tp, "fp": fp, "fn": fn, "tn": tn, "precision": round(precision, 4),
+            "recall": round(recall, 4), "f": round(f, 4), "accuracy": round((tp + tn) / n, 4) if n else 0.0}
+
+
+ATTRS = ("negated", "historical", "hypothetical", "other")
+
+
+def predictions(nlp: Language, rows: Sequence[Row], read: Callable[[Span], Dict[str, bool]]) -> Tuple[List[Optional[Dict[str, bool]]], float]:
+    """Each row's predicted attributes (None where its condition was not found), and the seconds taken."""
+    docs = [gold_doc(nlp, row) for row in rows]
+    todo = [d for d in docs if d is not None]
+    t0 = time.perf_counter()
+    done = iter(list(nlp.pipe(todo, batch_size=256)))
+    seconds = time.perf_counter() - t0
+    out: List[Optional[Dict[str, bool]]] = []
+    for d in docs:
+        out.append(None if d is None else read(next(done).ents[0]))
+    return out, seconds
+
+
+def context_reading(span: Span) -> Dict[str, bool]:
+    return {"negated": bool(span._.negated), "historical": bool(span._.historical),
+            "hypothetical": bool(span._.hypothetical), "other": span._.experiencer == "other",
+            "uncertain": bool(span._.uncertain)}
+
+
+def negex_reading(span: Span) -> Dict[str, bool]:
+    return {"negated": bool(span._.negex)}
+
+
+SPLITS = {"dev (lines 1-1200)": (0, DEV_LINES), "test (lines 1201-2376)": (DEV_LINES, None), "whole set": (0, None)}
+
+
+def evaluate(rows: Sequence[Row], predicted: Sequence[Optional[Dict[str, bool]]], attrs: Iterable[str]) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """Per split, per attribute: the scores (a row whose condition was not found counts as predicted False)."""
+    table: Dict[str, Dict[str, Dict[str, float]]] = {}
+    for split, (a, b) in SPLITS.items():
+        part = list(zip(rows, predicted))[a:b]
+        table[split] = {}
+        for attr in attrs:
+            gold = [r.gold[attr] for r, _ in part]
+            pred = [bool(p and p.get(attr)) for _, p in part]
+            table[split][attr] = score(gold, pred)
+    return table
+
+
+def markdown(result: Dict[str, object]) -> str:
+    lines = ["| split | attribute | system | P | R | F | accuracy | TP | FP | FN | TN |",
+             "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for split in SPLITS:
+        for attr in ATTRS:
+            s = result["sapbert_context"][split][attr]
+            lines.append(f"| {split} | {attr} | sapbert_context | {s['precision']:.3f} | {s['recall']:.3f} | {s['f']:.3f} | "
+                         f"{s['accuracy']:.3f} | {s['tp']} | {s['fp']} | {s['fn']} | {s['tn']} |")
+            if attr == "negated":
+                s = result["negspacy"][split]["negated"]
+                lines.append(f"| {split} | negated | negspacy negex (baseline) | {s['precision']:.3f} | {s['recall']:.3f} | "
+                             f"{s['f']:.3f} | {s['accuracy']:.3f} | {s['tp']} | {s['fp']} | {s['fn']} | {s['tn']} |")
+                if split == "whole set":
+                    g = GENNEGEX
+                    lines.append(f"| {split} | negated | {g['name']} | {g['precision']:.3f} | {g['recall']:.3f} | "
+                                 f"{g['f']:.3f} | {g['accuracy']:.3f} | {g['tp']} | {g['fp']} | {g['fn']} | {g['tn']} |")
+    return "\n".join(lines)
+
+
+def errors(rows: Sequence[Row], predicted: Sequence[Optional[Dict[str, bool]]], attr: str, split: Tuple[int, Optional[int]]) -> List[str]:
+    out = []
+    for row, p in list(zip(rows, predicted))[split[0]:split[1]]:
+        pred = bool(p and p.get(attr))
+        if pred != row.gold[attr]:
+            out.append(f"{row.line}\t{'FP' if pred else 'FN'}\t{row.condition}\t{row.sentence[-300:]}")
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the test set (assets/negex/README.md)")
+    parser.add_argument("--output", type=Path, default=OUTPUT, help="where the JSON record goes ('-': nowhere)")
+    parser.add_argument("--errors", choices=ATTRS, default=None, help="print the dev half's errors for one attribute")
+    args = parser.parse_args(argv)
+    if not args.data.exists():
+        sys.exit(f"{args.data} is missing: fetch it as assets/negex/README.md says")
+
+    from spacy_sapbert.assertion import describe_rules, read_rules
+    from spacy_sapbert.machine import machine_description
+
+    rows = read_rows(args.data)
+    context_nlp = context_pipeline()
+    component = context_nlp.get_pipe("sapbert_context")
+    ours, ours_s = predictions(context_nlp, rows, context_reading)
+    base, base_s = predictions(negspacy_pipeline(), rows, negex_reading)
+    import negspacy
+
+    result: Dict[str, object] = {
+        "command": "python benchmarks/negex_context.py" + ("" if argv is None and len(sys.argv) < 2 else " " + " ".join(argv if argv is not None else sys.argv[1:])),
+        "data": {"path": str(args.data.relative_to(ROOT) if args.data.is_absolute() and ROOT in args.data.parents else args.data),
+                 "rows": len(rows), "located": sum(p is not None for p in ours),
+                 "located_partly": [r.line for r in rows if locate(r.condition, r.sentence) is None],
+                 "dev_lines": f"1-{DEV_LINES}", "test_lines": f"{DEV_LINES + 1}-{len(rows)}"},
+        "rules": describe_rules(read_rules()), "rules_version": component.version,
+        "component_config": {k: v for k, v in component.cfg.items() if k not in ("extra_rules", "extra_sections")},
+        "machine": machine_description()["cpu"], "nproc": machine_description()["nproc"],
+        "versions": {"python": sys.version.split()[0], "spacy": spacy.__version__, "negspacy": getattr(negspacy, "__version__", "1.1")},
+        "seconds": {"sapbert_context": round(ours_s, 3), "negspacy": round(base_s, 3)},
+        "uncertain_flagged": {split: sum(bool(p and p.get("uncertain")) for p in ours[a:b]) for split, (a, b) in SPLITS.items()},
+        "sapbert_context": evaluate(rows, ours, ATTRS),
+        "negspacy": evaluate(rows, base, ("negated",)),
+        "gennegex_published": GENNEGEX,
+    }
+    table = markdown(result)
+    result["table"] = table
+    print(table)
+    if args.errors:
+        print("\n".join(errors(rows, ours, args.errors, SPLITS["dev (lines 1-1200)"])))
+    if str(args.output) != "-":
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(result, indent=1) + "\n", encoding="utf8")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,480 @@
+"""sapbert_context: ConText triggers, scopes, sections, the lexicon as data, serialization, speed."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import pytest
+import spacy
+from spacy.language import Language
+from spacy.tokens import Doc, DocBin, Span, SpanGroup
+
+import spacy_sapbert.assertion  # noqa: F401  (registers the factory)
+from spacy_sapbert.assertion import ATTRIBUTES, RULES_PATH, ConTextComponent, assertion_of, read_rules
+from spacy_sapbert.tokenizer import TOKENIZER_CONFIG
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def nlp() -> Language:
+    nlp = spacy.blank("en", config={"nlp": {"tokenizer": TOKENIZER_CONFIG}})
+    nlp.add_pipe("sapbert_context")
+    return nlp
+
+
+def with_ents(nlp: Language, text: str, targets: Sequence[str]) -> Doc:
+    """``text`` with the first occurrence of each target (searched left to right) as an entity."""
+    doc = nlp.make_doc(text)
+    ents, at = [], 0
+    for t in targets:
+        i = text.index(t, at)
+        ents.append(doc.char_span(i, i + len(t), label="FINDING"))
+        at = i + len(t)
+    doc.ents = ents
+    return doc
+
+
+def run(nlp: Language, text: str, *targets: str) -> List[Dict[str, object]]:
+    doc = nlp(with_ents(nlp, text, targets))
+    return [{a: getattr(e._, a) for a in ATTRIBUTES} for e in doc.ents]
+
+
+def test_family_member_is_the_experiencer(nlp):
+    (seizures,) = run(nlp, "The mother had similar febrile seizures.", "febrile seizures")
+    assert seizures["experiencer"] == "other"
+    assert seizures["assertion"] == "other"
+    assert seizures["negated"] is False
+
+
+def test_conditional_instruction_is_hypothetical(nlp):
+    (pain,) = run(nlp, "Return if you develop chest pain.", "chest pain")
+    assert pain["hypothetical"] is True
+    assert pain["assertion"] == "hypothetical"
+    assert pain["negated"] is False and pain["experiencer"] == "patient"
+
+
+def test_rule_out_is_uncertain_not_hypothetical(nlp):
+    """ConText's "possible" existence (NegEx [PREP]); the test set codes it affirmed and recent."""
+    (pneumonia,) = run(nlp, "Chest x-ray to rule out pneumonia.", "pneumonia")
+    assert pneumonia["uncertain"] is True
+    assert pneumonia["hypothetical"] is False and pneumonia["negated"] is False
+    assert pneumonia["assertion"] == "possible"
+
+
+def test_past_medical_history_section(nlp):
+    text = ("HISTORY OF PRESENT ILLNESS: He reports chest pain since this morning.\n"
+            "PAST MEDICAL HISTORY: Hypertension and diabetes mellitus.\n"
+            "FAMILY HISTORY: Breast cancer.\n"
+            "PHYSICAL EXAMINATION: No edema.")
+    pain, htn, dm, cancer, edema = run(nlp, text, "chest pain", "Hypertension", "diabetes mellitus",
+                                       "Breast cancer", "edema")
+    assert pain["section"] == "history_of_present_illness" and pain["historical"] is False
+    assert pain["assertion"] == "present"
+    assert htn["section"] == dm["section"] == "past_medical_history"
+    assert htn["historical"] is True and dm["historical"] is True and htn["assertion"] == "historical"
+    assert cancer["section"] == "family_history" and cancer["experiencer"] == "other"
+    assert edema["section"] == "physical_exam" and edema["negated"] is True and edema["historical"] is False
+
+
+def test_trigger_overrides_section_default(nlp):
+    text = "FAMILY HISTORY: Noncontributory. The patient has asthma."
+    (asthma,) = run(nlp, text, "asthma")
+    assert asthma["section"] == "family_history"
+    assert asthma["experiencer"] == "patient"  # "the patient" says otherwise
+
+
+def test_negation_ends_at_a_terminator(nlp):
+    fever, cough = run(nlp, "No fever but has cough.", "fever", "cough")
+    assert fever["negated"] is True and fever["assertion"] == "absent"
+    assert cough["negated"] is False and cough["assertion"] == "present"
+
+
+def test_negation_ends_at_the_sentence(nlp):
+    fever, cough = run(nlp, "Denies fever. Cough for two days.", "fever", "Cough")
+    assert fever["negated"] is True and cough["negated"] is False
+
+
+def test_backward_trigger(nlp):
+    (pneumonia,) = run(nlp, "Pneumonia was ruled out.", "Pneumonia")
+    assert pneumonia["negated"] is True
+
+
+def test_pseudo_triggers_block(nlp):
+    (effusion,) = run(nlp, "No increase in the pleural effusion.", "pleural effusion")
+    assert effusion["negated"] is False
+    (rods,) = run(nlp, "Gram negative rods in the sputum.", "rods")
+    assert rods["negated"] is False
+    (fever,) = run(nlp, "No fever.", "fever")
+    assert fever["negated"] is True
+
+
+def test_history_of_present_illness_is_not_historical(nlp):
+    (fever,) = run(nlp, "She has a two-day history of fever.", "fever")
+    assert fever["historical"] is False
+    (stroke,) = run(nlp, "He has a history of stroke.", "stroke")
+    assert stroke["historical"] is True
+
+
+def test_assertion_precedence():
+    assert assertion_of({"experiencer": "other", "negated": True}) == "other"
+    assert assertion_of({"negated": True, "historical": True}) == "absent"
+    assert assertion_of({"hypothetical": True, "uncertain": True}) == "hypothetical"
+    assert assertion_of({"uncertain": True, "historical": True}) == "possible"
+    assert assertion_of({"historical": True}) == "historical"
+    assert assertion_of({"experiencer": "patient"}) == "present"
+
+
+def test_span_groups_are_processed(nlp):
+    text = "No fever or chills. Her father had a stroke."
+    doc = with_ents(nlp, text, ["fever"])
+    chills = doc.char_span(text.index("chills"), text.index("chills") + 6)
+    stroke = doc.char_span(text.index("stroke"), text.index("stroke") + 6)
+    doc.spans["sapbert_nested"] = SpanGroup(doc, name="sapbert_nested", spans=[chills, stroke])
+    doc.spans["other_group"] = SpanGroup(doc, name="other_group", spans=[stroke])
+    doc = nlp(doc)
+    assert doc.ents[0]._.negated is True
+    group = doc.spans["sapbert_nested"]
+    assert group[0]._.negated is True
+    assert group[1]._.experiencer == "other" and group[1]._.negated is False
+
+
+def test_spans_keys_setting(nlp):
+    custom = spacy.blank("en")
+    component = custom.add_pipe("sapbert_context", config={"ents": False, "spans_keys": ["mine"]})
+    doc = with_ents(custom, "No fever.", ["fever"])
+    doc.spans["mine"] = [doc[1:2]]
+    assert [s.text for s in component.spans(doc)] == ["fever"]
+    doc = custom(doc)
+    assert doc.spans["mine"][0]._.negated is True
+
+
+def test_sentences_from_the_doc_are_used():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("sapbert_context")
+    doc = nlp.make_doc("No fever; cough")
+    doc.ents = [doc.char_span(3, 8, label="F"), doc.char_span(10, 15, label="F")]
+    for i, tok in enumerate(doc):
+        tok.is_sent_start = i in (0, 3)  # "cough" starts a sentence of its own
+    nlp.get_pipe("sapbert_context")(doc)
+    assert doc.ents[0]._.negated is True and doc.ents[1]._.negated is False
+
+
+def test_max_scope():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_context", config={"max_scope": 3})
+    doc = nlp(with_ents(nlp, "No sign of fever , chills , sweats , cough or rash.", ["fever", "rash"]))
+    assert doc.ents[0]._.negated is True and doc.ents[1]._.negated is False
+
+
+def test_extra_rules_from_the_config():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_context", config={
+        "extra_rules": [{"phrases": ["zork"], "category": "negated", "direction": "forward"},
+                        {"phrase": "cousin twice removed", "category": "family", "direction": "backward"}],
+        "extra_sections": [{"section": "plan", "titles": ["what we do"]}],
+    })
+    zork, rash, plan = run(nlp, "Zork fever. Rash of a cousin twice removed. WHAT WE DO: aspirin.", "fever", "Rash", "aspirin")
+    assert zork["negated"] is True
+    assert rash["experiencer"] == "other"
+    assert plan["section"] == "plan"
+
+
+def test_bad_rules_are_refused():
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="direction"):
+        nlp.add_pipe("sapbert_context", config={"extra_rules": [{"phrase": "x", "category": "negated", "direction": "sideways"}]})
+    with pytest.raises(ValueError, match="category"):
+        nlp.add_pipe("sapbert_context", name="c2", config={"extra_rules": [{"phrase": "x", "category": "nope", "direction": "forward"}]})
+
+
+def test_rules_file_setting_and_version(tmp_path):
+    data = read_rules()
+    assert data["version"] and all({"name", "source", "license"} <= set(lst) for lst in data["lists"])
+    mine = {"version": "test-1", "lists": [{"name": "mine", "source": "test", "license": "MIT",
+                                            "rules": [{"phrases": ["nah"], "category": "negated", "direction": "forward"}]}]}
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps(mine))
+    nlp = spacy.blank("en")
+    component = nlp.add_pipe("sapbert_context", config={"rules": str(path)})
+    assert component.version == "test-1"
+    nah, no = run(nlp, "Nah fever. No cough.", "fever", "cough")
+    assert nah["negated"] is True and no["negated"] is False  # only the file's rules
+
+
+def test_to_disk_from_disk_keeps_the_rules(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_context", config={
+        "extra_rules": [{"phrases": ["zork"], "category": "negated", "direction": "forward"}], "max_scope": 8})
+    nlp.to_disk(tmp_path / "p")
+    saved = json.loads((tmp_path / "p" / "sapbert_context" / "context_rules.json").read_text())
+    assert saved["version"] == read_rules()["version"]
+    loaded = spacy.load(tmp_path / "p")
+    component = loaded.get_pipe("sapbert_context")
+    assert isinstance(component, ConTextComponent)
+    assert component.cfg["max_scope"] == 8
+    (zork,) = run(loaded, "Zork fever.", "fever")
+    assert zork["negated"] is True
+    # bytes too
+    again = spacy.blank("en")
+    again.add_pipe("sapbert_context").from_bytes(component.to_bytes())
+    (zork,) = run(again, "Zork fever.", "fever")
+    assert zork["negated"] is True
+
+
+def test_saved_rules_win_over_the_packaged_file(tmp_path):
+    """A saved pipeline keeps the lexicon it was saved with, whatever the package ships later."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_context")
+    nlp.to_disk(tmp_path / "p")
+    path = tmp_path / "p" / "sapbert_context" / "context_rules.json"
+    data = json.loads(path.read_text())
+    data["version"] = "edited"
+    data["lists"].append({"name": "x", "source": "t", "license": "MIT",
+                          "rules": [{"phrases": ["zork"], "category": "negated", "direction": "forward"}]})
+    path.write_text(json.dumps(data))
+    loaded = spacy.load(tmp_path / "p")
+    assert loaded.get_pipe("sapbert_context").version == "edited"
+
+
+def test_attributes_travel_with_the_doc(nlp):
+    doc = nlp(with_ents(nlp, "No fever.", ["fever"]))
+    restored = list(DocBin(docs=[doc], store_user_data=True).get_docs(nlp.vocab))[0]
+    assert restored.ents[0]._.negated is True and restored.ents[0]._.assertion == "absent"
+
+
+def test_unprocessed_spans_read_none(nlp):
+    doc = nlp.make_doc("No fever.")
+    assert doc[1:2]._.negated is None and doc[1:2]._.assertion is None
+
+
+def test_long_document_is_linear(nlp):
+    """200k characters, thousands of spans, one line without punctuation too: a few seconds."""
+    sentence = ("PAST MEDICAL HISTORY: Hypertension. The patient denies fever, chills or cough but has "
+                "headache. Return if you develop chest pain. Mother had breast cancer. ")
+    text = sentence * (200_000 // len(sentence) + 1)
+    doc = nlp.make_doc(text)
+    ents = [doc[i:i + 1] for i, t in enumerate(doc) if t.text in ("fever", "cough", "headache", "pain", "cancer")]
+    doc.ents = [doc.char_span(e.start_char, e.end_char, label="F") for e in ents]
+    t0 = time.perf_counter()
+    nlp.get_pipe("sapbert_context")(doc)
+    seconds = time.perf_counter() - t0
+    assert len(text) >= 200_000 and len(doc.ents) > 5000
+    assert seconds < 5, seconds
+    by_text = {e.text: e._.assertion for e in doc.ents[-5:]}
+    assert by_text == {"fever": "absent", "cough": "absent", "headache": "historical", "pain": "hypothetical",
+                       "cancer": "other"}
+    # one "sentence" of 200k characters: the sweep stays linear where a scan per span would not
+    flat = nlp.make_doc(" ".join(["no fever and cough"] * 50_000))
+    flat.ents = [Span(flat, i, i + 1, label="F") for i in range(1, len(flat), 4)]
+    assert len(flat.ents) == 50_000
+    t0 = time.perf_counter()
+    nlp.get_pipe("sapbert_context")(flat)
+    assert time.perf_counter() - t0 < 5
+    assert flat.ents[0]._.negated is True and flat.ents[-1]._.negated is True
+
+
+def test_packaged_lexicon_is_versioned_and_licensed():
+    data = json.loads(Path(RULES_PATH).read_text())
+    assert data["version"]
+    names = {lst["name"] for lst in data["lists"]}
+    assert {"negex", "medspacy", "spacy_sapbert"} <= names
+    notice = (Path(RULES_PATH).parent / "context_rules_NOTICE.txt").read_text()
+    assert "Apache License" in notice and "Copyright (c) 2020 medspacy" in notice
+
+
+# ---------------------------------------------------------------------------- the benchmark's reading
+def test_benchmark_reads_and_scores_the_test_set_layout(tmp_path):
+    spec = importlib.util.spec_from_file_location("negex_context", ROOT / "benchmarks" / "negex_context.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["negex_context"] = bench  # dataclasses look their module up there
+    spec.loader.exec_module(bench)
+    read_rows, locate, gold_doc, score = bench.read_rows, bench.locate, bench.gold_doc, bench.score
+
+    lines = [
+        "1\t \tfever\tShe denies any FEVER.\tNegated\tRecent\tPatient",
+        "2\t \tchest  pain\tReturn if CHEST   PAIN recurs.\tAffirmed\tNot particular\tPatient",
+        "3\t \tcolon cancer\tFamily history of COLON CANCER.\tAffirmed\tHistorical\tFamily member",
+    ]
+    path = tmp_path / "set.txt"
+    path.write_text("\n".join(lines) + "\n")
+    rows = read_rows(path)
+    assert [r.line for r in rows] == [1, 2, 3]
+    assert rows[2].gold == {"negated": False, "historical": True, "hypothetical": False, "other": True}
+    assert locate("chest  pain", "Return if CHEST   PAIN recurs.") == (10, 22)
+    assert locate("pe", "a history of PE's, not consistent with PE.") == (13, 15)
+    assert locate("neck is supple. no adenopathy", "No adenopathy present.") is None
+    assert locate("neck is supple. no adenopathy", "No adenopathy present.", partly=True) == (0, 13)
+    nlp = bench.context_pipeline()
+    assert gold_doc(nlp, rows[0]).ents[0].text == "FEVER"
+    predicted, _ = bench.predictions(nlp, rows, bench.context_reading)
+    table = bench.evaluate(rows, predicted, ("negated", "hypothetical", "other", "historical"))
+    whole = table["whole set"]
+    assert whole["negated"]["tp"] == 1 and whole["hypothetical"]["tp"] == 1 and whole["other"]["tp"] == 1
+    assert score([True, False], [True, True]) == {"n": 2, "tp": 1, "fp": 1, "fn": 0, "tn": 0, "precision": 0.5,
+                                                   "recall": 1.0, "f": 0.6667, "accuracy": 0.5}
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1\tfever\tNo fever.\tNegated\tRecent\tPatient\n")
+    with pytest.raises(ValueError, match="7 tab-separated"):
+        read_rows(bad)
+
+
+def test_a_saved_rules_file_need_not_exist_where_the_pipeline_is_loaded(tmp_path):
+    rules = tmp_path / "mine.json"
+    rules.write_text(json.dumps({"version": "mine-1", "lists": [{"name": "m", "source": "t", "license": "MIT", "rules": [
+        {"phrases": ["zork"], "category": "negated", "direction": "forward"}]}]}))
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_context", config={"rules": str(rules)})
+    nlp.to_disk(tmp_path / "p")
+    rules.unlink()
+    loaded = spacy.load(tmp_path / "p")
+    assert loaded.get_pipe("sapbert_context").version == "mine-1"
+    (zork,) = run(loaded, "Zork fever.", "fever")
+    assert zork["negated"] is True
+    fresh = spacy.blank("en")
+    fresh.add_pipe("sapbert_context", config={"rules": str(rules)})
+    with pytest.raises(FileNotFoundError, match="mine.json"):
+        fresh("No fever.")
+
+
+def test_negex_is_a_deprecated_alias_of_negated():
+    from spacy.tokens import Span as _Span
+
+    if _Span.has_extension("negex"):  # negspacy's, from another test in this process: ours steps in only where free
+        _Span.remove_extension("negex")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sapbert_context")
+    doc = nlp(with_ents(nlp, "No fever but cough.", ["fever", "cough"]))
+    assert [e._.negex for e in doc.ents] == [True, False]
+    quiet = spacy.blank("en")
+    quiet.add_pipe("sapbert_context", config={"negex_alias": False})  # leaves an existing alias as it is
+    assert _Span.has_extension("negex")
+
+
+@pytest.mark.parametrize("text,target,attr,value", [
+    ("Cannot exclude pulmonary embolism.", "pulmonary embolism", "assertion", "possible"),
+    ("Pulmonary embolism cannot be excluded.", "Pulmonary embolism", "assertion", "possible"),
+    ("Likely viral infection.", "viral infection", "uncertain", True),
+    ("Seizures in his mother.", "Seizures", "experiencer", "other"),
+    ("The donor had hepatitis.", "hepatitis", "experiencer", "other"),
+    ("There was no history of a seizure.", "seizure", "historical", True),
+    ("There was no history of a seizure.", "seizure", "negated", True),
+    ("Her nausea and vomiting resolved.", "vomiting", "negated", True),
+    ("She is a 40-year-old woman with asthma.", "asthma", "historical", False),
+    ("ALLERGIES: Penicillin.", "Penicillin", "section", "allergy"),
+])
+def test_issue_examples(nlp, text, target, attr, value):
+    (span,) = run(nlp, text, target)
+    assert span[attr] == value
+
+
+# ---------------------------------------------------------------------------- in the shipped pipelines
+CLINICAL_RECORDS = [("C:1", "Febrile seizures"), ("C:2", "Chest pain"), ("C:3", "Pneumonia"), ("C:4", "Hypertension"),
+                    ("C:5", "Fever"), ("C:6", "Cough")]
+
+
+@pytest.fixture(scope="module")
+def clinical_kb(kb_folder):
+    from spacy_sapbert.records import ConceptRecord
+
+    return kb_folder([ConceptRecord(cui, name, []) for cui, name in CLINICAL_RECORDS])
+
+
+def link_records(kb: Path, encoder: Path, text: str) -> Dict[str, Dict[str, object]]:
+    from typer.testing import CliRunner
+
+    from spacy_sapbert.cli import app
+
+    out = CliRunner().invoke(app, ["link", text, "--kb", str(kb), "--encoder", str(encoder), "--detector", "ruler"])
+    assert out.exit_code == 0, out.output
+    return {r["text"].lower(): r for r in map(json.loads, (x for x in out.stdout.splitlines() if x.startswith("{")))}
+
+
+def test_link_output_carries_the_assertion(clinical_kb, tiny_bert_path):
+    text = ("HISTORY OF PRESENT ILLNESS: Fever and cough for two days, no chest pain. "
+            "The mother had similar febrile seizures. Chest x-ray to rule out pneumonia.\n"
+            "PAST MEDICAL HISTORY: Hypertension.\n"
+            "Return if you develop chest pain.")
+    spans = link_records(clinical_kb, tiny_bert_path, text)
+    by_text = {}
+    for r in spans.values():
+        by_text[r["text"].lower()] = r
+    assert by_text["fever"]["assertion"] == "present" and by_text["fever"]["section"] == "history_of_present_illness"
+    assert by_text["febrile seizures"]["experiencer"] == "other" and by_text["febrile seizures"]["assertion"] == "other"
+    assert by_text["pneumonia"]["uncertain"] is True and by_text["pneumonia"]["hypothetical"] is False
+    assert by_text["hypertension"]["historical"] is True and by_text["hypertension"]["section"] == "past_medical_history"
+    assert set(by_text["fever"]) >= {"negated", "uncertain", "hypothetical", "historical", "experiencer", "section", "assertion"}
+
+
+def test_link_output_conditional_and_negated(clinical_kb, tiny_bert_path):
+    spans = link_records(clinical_kb, tiny_bert_path, "No chest pain but has cough. Return if you develop fever.")
+    assert spans["chest pain"]["negated"] is True and spans["chest pain"]["assertion"] == "absent"
+    assert spans["cough"]["negated"] is False
+    assert spans["fever"]["hypothetical"] is True and spans["fever"]["assertion"] == "hypothetical"
+
+
+def test_every_built_pipeline_has_it_and_negex_still_reads(clinical_kb, tiny_bert_path):
+    from spacy_sapbert.pipelines import build_pipeline
+
+    nlp = build_pipeline(clinical_kb, "ruler", encoder=tiny_bert_path, linker_config={"precision": "fp32"})
+    assert "sapbert_context" in nlp.pipe_names and "negex" not in nlp.pipe_names
+    assert nlp.pipe_names.index("sapbert_context") < nlp.pipe_names.index("sapbert_linker")
+    doc = nlp("No fever.")
+    assert doc.ents[0]._.negated is True
+    if Span.get_extension("negex")[2] is spacy_sapbert.assertion._negex_get:  # unless negspacy's, from another test
+        assert doc.ents[0]._.negex is True
+    assert "sapbert_context" not in build_pipeline(clinical_kb, "ruler", encoder=tiny_bert_path, negation=False).pipe_names
+    assert "sapbert_context" not in build_pipeline(clinical_kb, "ruler", encoder=tiny_bert_path, assertion=False).pipe_names
+
+
+def test_pubtator_output_has_the_assertion_column():
+    from spacy_sapbert.documents import InputDocument
+    from spacy_sapbert.shards import _pubtator
+
+    record = {"start_char": 3, "end_char": 8, "text": "fever", "label": "X", "cui": "C:5", "assertion": "absent",
+              "negated": True, "uncertain": False, "hypothetical": False, "historical": False, "experiencer": "patient",
+              "section": None}
+    out = _pubtator(InputDocument("1", "No fever."), [record])
+    line = out.splitlines()[2].split("\t")
+    assert line[:6] == ["1", "3", "8", "fever", "X", "C:5"]
+    assert line[6] == "assertion=absent;negated=1;uncertain=0;hypothetical=0;historical=0;experiencer=patient"
+    bare = dict(record, **dict.fromkeys(("assertion", "negated", "uncertain", "hypothetical", "historical", "experiencer")))
+    assert len(_pubtator(InputDocument("1", "No fever."), [bare]).splitlines()[2].split("\t")) == 6
+
+
+def test_displacy_page_shows_the_assertion(nlp):
+    from spacy import displacy
+
+    from spacy_sapbert.cli import displacy_assertions
+
+    doc = nlp(with_ents(nlp, "No fever. Cough.\nFAMILY HISTORY: Asthma.", ["fever", "Cough", "Asthma"]))
+    data, colors = displacy_assertions(doc, "https://example.org/{}")
+    labels = [e["label"] for e in data["ents"]]
+    assert labels == ["FINDING · absent", "FINDING", "FINDING · other · family_history"]
+    assert colors["FINDING · absent"] != colors["FINDING"]
+    html = displacy.render(data, style="ent", manual=True, options={"colors": colors})
+    assert "FINDING · absent" in html
+
+
+def test_sequences_stand_for_many_phrases_and_reporters_are_not_experiencers(nlp):
+    from spacy_sapbert.assertion import expand_sequences
+
+    assert expand_sequences([[["his", ""], ["mother"], ["reports", "states"]]]) == [
+        "his mother reports", "his mother states", "mother reports", "mother states"]
+    (disability,) = run(nlp, "His parents report intellectual disability.", "intellectual disability")
+    assert disability["experiencer"] == "patient"
+    (fever,) = run(nlp, "Mother denies fever.", "fever")
+    assert fever["experiencer"] == "patient" and fever["negated"] is True
+    custom = spacy.blank("en")
+    custom.add_pipe("sapbert_context", config={"extra_rules": [
+        {"sequences": [[["blorp", "zork"], ["of"]]], "category": "negated", "direction": "forward"}]})
+    (x,) = run(custom, "Zork of fever.", "fever")
+    assert x["negated"] is True
+    with pytest.raises(ValueError, match="sequence"):
+        spacy.blank("en").add_pipe("sapbert_context", config={"extra_rules": [
+            {"sequences": [["a", "b"]], "category": "negated", "direction": "forward"}]})
