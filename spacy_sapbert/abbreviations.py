@@ -8,6 +8,7 @@ through "diabetes mellitus".
 """
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
@@ -21,6 +22,8 @@ from .config_only import ConfigOnlyPipe
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
 _PARENTHESIS = re.compile(r"\(([^()]+)\)")
 _LONG_FORM_WORD_SPLIT = re.compile(r"[\s-]+")
+_WORD = re.compile(r"\S+")
+_WORD_CHAR = re.compile(r"\w")
 
 DEFAULT_ATTR = "abbreviations"
 
@@ -91,42 +94,58 @@ def _sentences(text: str) -> Iterator[Tuple[int, str]]:
     yield pos, text[pos:]
 
 
-def _start_of_last_words(text: str, n_words: int) -> int:
-    """Offset in ``text`` of the first of its last ``n_words`` whitespace-separated words."""
-    starts = [m.start() for m in re.finditer(r"\S+", text)]
-    return starts[-n_words]
+def _word_spans(text: str) -> Tuple[List[int], List[int]]:
+    """Start and end offsets of the whitespace-separated words of ``text``."""
+    spans = [m.span() for m in _WORD.finditer(text)]
+    return [start for start, _ in spans], [end for _, end in spans]
+
+
+def _words_before(text: str, starts: Sequence[int], ends: Sequence[int], n_before: int, before_end: int, n: int) -> List[str]:
+    """The last ``n`` of the first ``n_before`` words of ``text`` (``starts``, ``ends``: their
+    offsets), the last cut at ``before_end`` (a parenthesis may follow a word without a space)."""
+    return [text[starts[i] : ends[i] if i < n_before - 1 else before_end] for i in range(max(0, n_before - n), n_before)]
 
 
 def find_abbreviation_definitions(text: str) -> List[AbbreviationDefinition]:
-    """Every abbreviation definition in ``text`` in reading order (a short form may recur)."""
+    """Every abbreviation definition in ``text`` in reading order (a short form may recur).
+
+    The words before each parenthesis are looked up in the sentence's word offsets, found once per
+    sentence: splitting the text before every parenthesis anew made a long sentence (a note
+    without full stops) quadratic."""
     found: List[AbbreviationDefinition] = []
     for offset, sentence in _sentences(text):
-        for match in _PARENTHESIS.finditer(sentence):
+        starts: List[int] = []
+        ends: List[int] = []
+        for n_match, match in enumerate(_PARENTHESIS.finditer(sentence)):
+            if not n_match:
+                starts, ends = _word_spans(sentence)
             group = match.group(1)
             first = re.split(r"[;,]", group)[0]
             inside = first.strip()
-            before = sentence[: match.start()].rstrip()
-            if not inside or not before:
+            # the words of ``sentence[: match.start()]``: those starting before the parenthesis, the last cut there
+            n_before = bisect.bisect_left(starts, match.start())
+            if not inside or not n_before:
                 continue
+            before_end = min(ends[n_before - 1], match.start())
             inside_start = offset + match.start(1) + (len(first) - len(first.lstrip()))
             if _is_short_form(inside):
                 short = inside
                 max_words = min(len(short) + 5, 2 * len(short))
-                window = " ".join(before.split()[-max_words:])
+                window = " ".join(_words_before(sentence, starts, ends, n_before, before_end, max_words))
                 long = best_long_form(short, window)
                 if long and _accept_pair(short, long):
-                    long_start = offset + _start_of_last_words(before, len(long.split()))
+                    long_start = offset + starts[n_before - len(long.split())]
                     found.append(
                         AbbreviationDefinition(
-                            short, long, inside_start, inside_start + len(short), long_start, offset + len(before)
+                            short, long, inside_start, inside_start + len(short), long_start, offset + before_end
                         )
                     )
             else:  # "SF (long form)": the word before the parenthesis is the short form
-                short = before.split()[-1]
+                short = _words_before(sentence, starts, ends, n_before, before_end, 1)[0]
                 long = best_long_form(short, inside) if _is_short_form(short) and len(inside.split()) > 1 else None
                 if long and _accept_pair(short, long):
                     long_end = inside_start + len(inside)
-                    short_end = offset + len(before)
+                    short_end = offset + before_end
                     found.append(
                         AbbreviationDefinition(
                             short, long, short_end - len(short), short_end, long_end - len(long), long_end
@@ -222,30 +241,52 @@ def register_doc_attribute(name: str) -> None:
 
 
 # ---------------------------------------------------------------------------- later uses
-def _overlaps(a: Tuple[int, int], b: Tuple[int, int]) -> bool:
-    return a[0] < b[1] and b[0] < a[1]
-
-
-def _head_label(spans: Sequence[Span], start: int, end: int) -> Optional[int]:
-    """The label of a span ending where tokens ``start:end`` end and overlapping them.
+def _head_label(spans_by_end: Mapping[int, Sequence[Span]], start: int, end: int) -> Optional[int]:
+    """The label of a span ending where tokens ``start:end`` end and overlapping them (``spans_by_end``:
+    the spans by their end, in order).
 
     Sharing the last token (the head) is what makes the long form name the entity: "von
     Hippel-Lindau tumor suppressor gene (VHL)" overlaps the disease "von Hippel-Lindau" but names
     a gene, and "glucose-6-phosphate dehydrogenase (G6PD) deficiency" is a disease whose short
     form names an enzyme.
     """
-    for s in spans:
-        if s.end == end and s.start < end and start < s.end:
+    for s in spans_by_end.get(end, ()):
+        if s.start < end and start < s.end:
             return s.label
     return None
 
 
-def _whole_token_occurrences(doc: Doc, short: str, text: str) -> Iterator[Tuple[int, int]]:
-    """Token ranges of ``short`` wherever it is whole tokens (case-sensitive) in ``doc`` (its ``text``)."""
-    for m in re.finditer(r"(?<!\w)" + re.escape(short) + r"(?!\w)", text):
-        span = doc.char_span(m.start(), m.end(), alignment_mode="strict")
-        if span is not None:
-            yield span.start, span.end
+def _whole_word_matches(shorts: Sequence[str], text: str) -> Dict[str, List[Tuple[int, int]]]:
+    """Per short form, its character ranges in ``text`` where no word character touches it
+    (case-sensitive; a form's matches do not overlap each other, as ``re.finditer`` gives them).
+
+    One pass over the text for all the forms, not one per form: a long note defines more of them."""
+    found: Dict[str, List[Tuple[int, int]]] = {short: [] for short in shorts}
+    if not shorts:
+        return found
+    # every position where some form starts and ends on a word boundary (zero-width: overlaps too)
+    starts = re.compile(r"(?<!\w)(?=(?:" + "|".join(re.escape(s) for s in shorts) + r")(?!\w))")
+    by_first: Dict[str, List[str]] = {}
+    for short in shorts:
+        by_first.setdefault(short[0], []).append(short)
+    for m in starts.finditer(text):
+        at = m.start()
+        for short in by_first[text[at]]:
+            end = at + len(short)
+            if text.startswith(short, at) and not _WORD_CHAR.match(text, end):
+                ranges = found[short]
+                if not ranges or ranges[-1][1] <= at:
+                    ranges.append((at, end))
+    return found
+
+
+def _whole_token_occurrences(doc: Doc, shorts: Sequence[str], text: str) -> Dict[str, List[Tuple[int, int]]]:
+    """Per short form, its token ranges wherever it is whole tokens (case-sensitive) in ``doc`` (its ``text``)."""
+    found: Dict[str, List[Tuple[int, int]]] = {}
+    for short, ranges in _whole_word_matches(shorts, text).items():
+        spans = (doc.char_span(start, end, alignment_mode="strict") for start, end in ranges)
+        found[short] = [(span.start, span.end) for span in spans if span is not None]
+    return found
 
 
 def new_abbreviation_spans(
@@ -257,9 +298,17 @@ def new_abbreviation_spans(
     A short form gets the label of the span that shares the last token of its long form in a
     definition (or, when only the short form was detected, of the span that is exactly it, and
     the long form is added too). New ranges never overlap ``spans`` or each other unless
-    ``allow_overlap`` (span groups), where only exact duplicates are skipped.
+    ``allow_overlap`` (span groups), where only exact duplicates are skipped. The spans are looked
+    up by their ends, offsets and tokens, never by a scan of all of them per use: a long note that
+    uses a short form thousands of times stays linear.
     """
-    taken = [(s.start, s.end) for s in spans]
+    taken = {(s.start, s.end) for s in spans}
+    covered = {i for s in spans for i in range(s.start, s.end)}  # the tokens the ranges taken cover
+    by_end: Dict[int, List[Span]] = {}
+    exactly: Dict[Tuple[int, int], int] = {}
+    for s in spans:
+        by_end.setdefault(s.end, []).append(s)
+        exactly.setdefault((s.start, s.end), s.label)
     labels: Dict[str, int] = {}
     added: List[Tuple[int, int, int]] = []
 
@@ -267,9 +316,10 @@ def new_abbreviation_spans(
         if allow_overlap:
             if (start, end) in taken:
                 return
-        elif any(_overlaps((start, end), t) for t in taken):
+        elif any(i in covered for i in range(start, end)):
             return
-        taken.append((start, end))
+        taken.add((start, end))
+        covered.update(range(start, end))
         added.append((start, end, label))
 
     first_long = _first_definitions(definitions)
@@ -280,9 +330,9 @@ def new_abbreviation_spans(
         short_span = doc.char_span(d.short_start, d.short_end, alignment_mode="expand")
         if long_span is None or short_span is None:
             continue
-        label = _head_label(spans, long_span.start, long_span.end)
+        label = _head_label(by_end, long_span.start, long_span.end)
         if label is None:  # only the short form was detected: it must be exactly a span
-            label = next((s.label for s in spans if (s.start, s.end) == (short_span.start, short_span.end)), None)
+            label = exactly.get((short_span.start, short_span.end))
             if label is None:
                 continue
             strict = doc.char_span(d.long_start, d.long_end, alignment_mode="strict")
@@ -290,8 +340,9 @@ def new_abbreviation_spans(
                 add(strict.start, strict.end, label)
         labels.setdefault(d.short, label)
     text = doc.text if text is None else text  # spaCy joins it anew at each call
+    occurrences = _whole_token_occurrences(doc, list(labels), text)
     for short, label in labels.items():
-        for start, end in _whole_token_occurrences(doc, short, text):
+        for start, end in occurrences[short]:
             add(start, end, label)
     return sorted(added)
 

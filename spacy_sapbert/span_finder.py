@@ -12,9 +12,12 @@ spans are kept in a span group.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
+from spacy.attrs import IDX, LENGTH
 from spacy.language import Language
 from spacy.scorer import Scorer, get_ner_prf
 from spacy.tokens import Doc, Span, SpanGroup
@@ -271,17 +274,24 @@ class SpanFinder(ConfigOnlyPipe):
         linker = self._linker()
 
         asked: Dict[Tuple[int, Proposal], List[str]] = {}
+        by_text: Dict[Tuple[bool, str], List[str]] = {}  # a long document proposes the same words many times
+        # each token's character offset and length: a proposal's text is cut from the doc's text, no Span made
+        offsets = [doc.to_array([IDX, LENGTH]).tolist() if len(doc) else [] for doc in docs]
 
         def queries(d: int, p: Proposal) -> List[str]:
             """The proposal's search string, then for a coordination its parts, as the linker
             searches them, or else its American spelling where it differs ("tumours")."""
             if (d, p) not in asked:
-                text = expanders[d](docs[d][p.start : p.end].text)
-                if p.kind == "coordinated":
-                    asked[d, p] = linker.search_strings(text)
-                else:
-                    us = american_spelling(text)
-                    asked[d, p] = [text, us] if us != text.lower() else [text]
+                first, (last, last_length) = offsets[d][p.start][0], offsets[d][p.end - 1]
+                text = expanders[d](texts[d][first : last + last_length])
+                key = (p.kind == "coordinated", text)
+                if key not in by_text:
+                    if p.kind == "coordinated":
+                        by_text[key] = linker.search_strings(text)
+                    else:
+                        us = american_spelling(text)
+                        by_text[key] = [text, us] if us != text.lower() else [text]
+                asked[d, p] = by_text[key]
             return asked[d, p]
 
         def scored(d: int, p: Proposal, scores: Dict[str, float]) -> float:
@@ -332,18 +342,32 @@ class SpanFinder(ConfigOnlyPipe):
         if self.nested == "all":
             return spans
         chosen = {(e.start, e.end) for e in ents}
+        # A nested span is kept where every longer span around it is a coordination or (``heads``)
+        # ends where it ends: only the non-coordinations around it matter. Asked per span through a
+        # running maximum of their ends by start, not by looking at every other span, so that a
+        # document of many overlapping proposals ("seizures seizures ...") stays linear.
+        lower = [t.lower_ for t in spans[0].doc] if spans else []
+        blocking = sorted((o.start, o.end) for o in spans if not any(lower[i] in COORDINATORS for i in range(o.start + 1, o.end - 1)))
+        blocking_starts = [start for start, _ in blocking]
+        furthest_end = list(itertools.accumulate((end for _, end in blocking), max))
+        first_start_by_end: Dict[int, int] = {}
+        for start, end in blocking:
+            first_start_by_end.setdefault(end, start)
 
-        def coordination(span: Span) -> bool:
-            return any(t.lower_ in COORDINATORS for t in span[1:-1])
-
-        def keeps(outer: Span, inner: Span, score: float) -> bool:
+        def kept(span: Span, score: float) -> bool:
+            if (span.start, span.end) in chosen:
+                return True
+            before = bisect.bisect_right(blocking_starts, span.start)  # the blocking spans starting at or before it
+            ends_later = before > 0 and furthest_end[before - 1] > span.end
+            ends_with_it = first_start_by_end.get(span.end, span.start) < span.start
+            if not ends_later and not ends_with_it:
+                return True
             # a head ends the longer span and starts a word ("clonic seizure" in "tonic-clonic
             # seizure" is no mention); it begins after the longer span's first token, so one precedes it
-            head = score >= 1.0 and inner.end == outer.end and bool(inner.doc[inner.start - 1].whitespace_)
-            return coordination(outer) or (self.nested == "heads" and head)
+            return (self.nested == "heads" and not ends_later and score >= 1.0
+                    and bool(span.doc[span.start - 1].whitespace_))
 
-        return [s for s, score in ordered if (s.start, s.end) in chosen or all(
-            keeps(o, s, score) for o in spans if o is not s and o.start <= s.start and s.end <= o.end and len(o) > len(s))]
+        return [s for s, score in ordered if kept(s, score)]
 
     def set_annotations(self, docs: Sequence[Doc], found: List[List[Tuple[Span, float]]]) -> None:
         for doc, scored in zip(docs, found):
