@@ -114,3 +114,11 @@ def test_obo_round_trip(tmp_path, terms):
         assert rec.name == name
         assert rec.synonyms == [s for s in dict.fromkeys(syns) if s != name]
         assert rec.xrefs == [f"UMLS:C{int(rec.id[2:]):07d}"]
+
+
+def test_an_escaped_brace_is_text_not_a_trailing_modifier(tmp_path):
+    """Found by the round trip: a name ending in ``\\{}`` lost its last characters as if they were ``{modifiers}``."""
+    path = tmp_path / "brace.obo"
+    path.write_text('[Term]\nid: X:1\nname: 0\\{}\nsynonym: "a" EXACT [] {source="x"}\n', encoding="utf8")
+    (rec,) = read_obo(path, synonym_scopes=("EXACT",))
+    assert (rec.name, rec.synonyms) == ("0{}", ["a"])

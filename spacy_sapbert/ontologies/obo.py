@@ -65,8 +65,8 @@ def _first_token(value: str) -> str:
 
 
 def _strip_comment(value: str) -> str:
-    """Drop a trailing ``! comment`` and ``{modifiers}`` (unescaped ``!`` only)."""
-    i = 0
+    """Drop a trailing ``! comment`` and ``{modifiers}`` (an unescaped ``!`` and ``{`` only: ``\\{`` is text)."""
+    i, brace = 0, -1
     while i < len(value):
         if value[i] == "\\":
             i += 2
@@ -74,10 +74,12 @@ def _strip_comment(value: str) -> str:
         if value[i] == "!":
             value = value[:i]
             break
+        if value[i] == "{":
+            brace = i
         i += 1
     value = value.rstrip()
-    if value.endswith("}") and "{" in value:
-        value = value[: value.rfind("{")]
+    if value.endswith("}") and 0 <= brace:
+        value = value[:brace]
     return value.strip()
 
 
