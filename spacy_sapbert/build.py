@@ -26,6 +26,7 @@ from .index_kinds import check_kind
 from .kb import ConceptKB
 from .records import ConceptRecord, InputError
 from .search import META_FILE, LinkingKB
+from .word_variants import with_variant_names, write_variant_files
 
 PathLike = Union[str, Path]
 
@@ -61,6 +62,8 @@ def build_kb_folder(
     source_name: Optional[str] = None,
     priors: Optional[Mapping[str, float]] = None,
     neighbours: Optional[bool] = None,
+    word_variants: Optional[Mapping[str, object]] = None,
+    variant_options: Optional[Mapping[str, int]] = None,
 ) -> LinkingKB:
     """Read ``source``, encode its names and write the KB folder ``output``; return the KB.
 
@@ -76,6 +79,10 @@ def build_kb_folder(
     existing ``output`` as it is. ``priors``: a weight per concept id (``ConceptKB.from_records``);
     ``neighbours``: the index's neighbour table (``VectorIndex.build``; None: its size rule).
     ``index_kind``: ``auto`` or a registered kind (checked first: an unknown one is refused before reading).
+    ``word_variants``: a word-variant table (``word_variants.load_table``): names generated from it
+    are added under their concepts (``variant_options``: ``VariantTable``'s ``min_votes`` and
+    ``min_substitution_votes``, and ``max_variants`` per name), and the table and the generated names
+    are stored in the folder (``word_variants.json``, ``generated_names.json``).
     """
     check_kind(index_kind)
     output = Path(output)
@@ -95,6 +102,9 @@ def build_kb_folder(
         if wait and (output / META_FILE).is_file():
             return LinkingKB.from_disk(output)  # built by the process we waited for
         t0 = time.perf_counter()
+        generated = None
+        if word_variants is not None:
+            source, generated = with_variant_names(source, word_variants, variant_options or {})
         kb = source if isinstance(source, ConceptKB) else ConceptKB.from_records(
             source, on_duplicate=on_duplicate, strip_punctuation=strip_punctuation, priors=priors
         )
@@ -115,6 +125,8 @@ def build_kb_folder(
             neighbours=neighbours,
         )
         linking_kb.to_disk(output)
+        if word_variants is not None and generated is not None:
+            write_variant_files(output, word_variants, generated, dict(variant_options or {}))
         shutil.rmtree(work, ignore_errors=True)
         return linking_kb
     finally:

@@ -112,6 +112,12 @@ def build_kb(
         help="Keep each name's nearest names, so a mention that is a KB name is linked without a search "
              "(default: for a flat index of up to 200,000 names; larger ones take a search per name to build)",
     ),
+    word_variants: Optional[str] = typer.Option(
+        None, "--word-variants",
+        help="Also add names generated from a word-variant table ('shipped': the one mined from HPO, MONDO, DOID, MeSH "
+             "and MEDIC; or a JSON file written by python -m training.mine_word_variants), listed in the KB's generated_names.json",
+    ),
+    max_variants: Optional[int] = typer.Option(None, help="With --word-variants: generated names per real name (default 3)"),
 ) -> None:
     """Read an ontology, encode every name and write KB + index (resumable after a crash)."""
     from .build import build_kb_folder
@@ -125,13 +131,19 @@ def build_kb(
     if "on_duplicate" in inspect.signature(reader).parameters:
         options["on_duplicate"] = on_duplicate  # the reader can name the line of a repeated id
     weights = read_priors(priors) if priors is not None else {}
+    variant_table, variant_options = None, None
+    if word_variants is not None:
+        from .word_variants import DEFAULT_OPTIONS, SHIPPED_TABLE, load_table
+
+        variant_table = load_table(SHIPPED_TABLE if word_variants == "shipped" else word_variants)
+        variant_options = {**DEFAULT_OPTIONS, **({"max_variants": max_variants} if max_variants is not None else {})}
     t0 = time.perf_counter()
     try:
         build_kb_folder(  # locked, resumable, atomic; refuses a source with no names
             reader(source, **options), lambda: SapEncoder.load(encoder, precision=precision), output, index_kind=index,
             batch_size=batch_size, on_duplicate=on_duplicate, strip_punctuation=strip_punctuation,
             source_name=f"{source} ({fmt})", priors={cid: w for cid, (w, _) in weights.items()} if priors else None,
-            neighbours=neighbours,
+            neighbours=neighbours, word_variants=variant_table, variant_options=variant_options,
         )
     except UnknownPriorError as e:
         raise InputError(priors, weights[e.concept_id][1], f"{e.concept_id!r} is not a concept of {source}") from None

@@ -30,6 +30,7 @@ from .normalize import american_spelling
 from .overlap import pipe_predicted
 from .scoring import ENTS_SCORE_WEIGHTS
 from .span_proposals import COORDINATORS, NameIndex, Proposal, propose
+from .variant_proposals import VariantMatcher, variant_matcher
 
 RESOLVE_MODES = ("longest", "best", "all")
 # Which spans inside a longer accepted one the span group keeps with ``resolve="all"``: every one;
@@ -94,6 +95,8 @@ def make_span_finder_scorer() -> Callable[..., Dict[str, Any]]:
         "abbreviations": True,
         "max_modifiers": 0,
         "min_modified_score": 0.95,
+        "word_variants": None,
+        "min_variant_score": 0.95,
         "set_ents": True,
         "spans_key": None,
         "nested": "all",
@@ -115,6 +118,8 @@ def make_span_finder(
     abbreviations: bool,
     max_modifiers: int,
     min_modified_score: float,
+    word_variants: Optional[str],
+    min_variant_score: float,
     set_ents: bool,
     spans_key: Optional[str],
     nested: str,
@@ -128,13 +133,16 @@ def make_span_finder(
     (or a coordination of such); ``min_partial_score``: one missing a word of a name.
     ``abbreviations``: score a short form the text defines through its long form, as the linker
     links it. ``max_modifiers``: also propose a name with up to this many KB modifiers before it
-    ("hemorrhagic cystitis"), kept at ``min_modified_score``. ``resolve``: ``longest`` or ``best``
+    ("hemorrhagic cystitis"), kept at ``min_modified_score``. ``word_variants``: ``"shipped"`` or a
+    word-variant table's path (``word_variants.py``): also propose phrases whose words name a KB name
+    through the table ("cutaneous abnormalities"), kept at ``min_variant_score``. ``resolve``: ``longest`` or ``best``
     decide between overlapping spans; ``all`` writes the non-overlapping longest to ``doc.ents`` and
     keeps nested spans too in ``doc.spans[spans_key]`` (``nested``: every nested span, only those
     inside a coordination, or those and the KB names that end a longer span), for a linker with the
     same ``spans_key`` to link. ``threshold``, ``partial_threshold``, ``modifier_threshold``:
     deprecated names of the three cut-offs (a pipeline saved before the rename); set, they win."""
-    cut_offs = {"min_exact_score": min_exact_score, "min_partial_score": min_partial_score, "min_modified_score": min_modified_score}
+    cut_offs = {"min_exact_score": min_exact_score, "min_partial_score": min_partial_score, "min_modified_score": min_modified_score,
+                "min_variant_score": min_variant_score}
     for old, value in (("threshold", threshold), ("partial_threshold", partial_threshold), ("modifier_threshold", modifier_threshold)):
         if value is not None:
             new = RENAMED_SETTINGS[old]
@@ -143,7 +151,7 @@ def make_span_finder(
             cut_offs[new] = value
     return SpanFinder(
         nlp, name, linker=linker, label=label, resolve=resolve, max_words=max_words, max_generic_share=max_generic_share,
-        acronyms=acronyms, abbreviations=abbreviations, max_modifiers=max_modifiers, set_ents=set_ents,
+        acronyms=acronyms, abbreviations=abbreviations, max_modifiers=max_modifiers, word_variants=word_variants, set_ents=set_ents,
         spans_key=spans_key, nested=nested, scorer=scorer, **cut_offs,
     )
 
@@ -169,6 +177,8 @@ class SpanFinder(ConfigOnlyPipe):
         abbreviations: bool = True,
         max_modifiers: int = 0,
         min_modified_score: float = 0.95,
+        word_variants: Optional[str] = None,
+        min_variant_score: float = 0.95,
         set_ents: bool = True,
         spans_key: Optional[str] = None,
         nested: str = "all",
@@ -195,6 +205,9 @@ class SpanFinder(ConfigOnlyPipe):
         self.abbreviations = abbreviations
         self.max_modifiers = max_modifiers
         self.min_modified_score = min_modified_score
+        self.word_variants = word_variants
+        self.min_variant_score = min_variant_score
+        self._variants: Optional[VariantMatcher] = None
         self.set_ents = set_ents
         self.spans_key = spans_key
         self.nested = nested
@@ -234,6 +247,7 @@ class SpanFinder(ConfigOnlyPipe):
         if self._index is None or self._index_kb is not kb:
             self._index = NameIndex(linker.linking_kb.kb.display_names)
             self._index_kb = kb
+            self._variants = variant_matcher(self._index.exact, self._index.vocab, self.word_variants) if self.word_variants else None
         return self._index
 
     def initialize(self, get_examples: Optional[Callable[[], Iterable[Example]]] = None, *, nlp: Optional[Language] = None) -> None:
@@ -251,7 +265,7 @@ class SpanFinder(ConfigOnlyPipe):
     def proposals(self, doc: Doc, text: Optional[str] = None) -> List[Proposal]:
         """``propose`` with this component's settings (``text``: ``doc.text``, which spaCy joins anew at each call)."""
         return propose(doc, self.name_index(), self.max_words, self.max_generic_share, self.acronyms,
-                       introduced_short_forms(doc.text if text is None else text), self.max_modifiers)
+                       introduced_short_forms(doc.text if text is None else text), self.max_modifiers, self._variants)
 
     def predict(self, docs: Sequence[Doc]) -> List[List[Tuple[Span, float]]]:
         """Per doc, the proposals the encoder accepts, with their scores: at least ``min_exact_score``
@@ -270,7 +284,7 @@ class SpanFinder(ConfigOnlyPipe):
         expanders = [abbreviation_expander(find_abbreviations(text) if self.abbreviations else {}) for text in texts]
         proposals = [self.proposals(doc, text) for doc, text in zip(docs, texts)]
         minimum = {"exact": self.min_exact_score, "coordinated": self.min_exact_score, "partial": self.min_partial_score,
-                   "modified": self.min_modified_score}
+                   "modified": self.min_modified_score, "variant": self.min_variant_score}
         linker = self._linker()
 
         asked: Dict[Tuple[int, Proposal], List[str]] = {}

@@ -11,6 +11,7 @@ from spacy.attrs import IS_SPACE, LOWER, SENT_START, SPACY
 from spacy.tokens import Doc
 
 from .normalize import STOPWORDS, WORD, word_key
+from .variant_proposals import VariantMatcher
 
 # The function words a mention may contain ("abnormality of the hand", "breast and/or ovarian
 # cancer"); any other ("is", "was", "not", "which") ends a candidate: "cancer is the second" is no mention.
@@ -30,6 +31,9 @@ MIN_MODIFIER_NAMES = 3
 MIN_UNDEFINED_ACRONYM_CHARS = 3
 # Between the conjuncts of a coordinated mention ("breast and/or ovarian cancer").
 COORDINATORS = frozenset({"and", "or", "and/or", "/", ","})
+# The coordinating words a proposal other than a coordination may hold only where a KB name has one
+# ("cleft lip and palate"): "nasal bridge and low" (in "... and low-set ears") or "lip or cleft" are no mentions.
+COORDINATING_WORDS = frozenset({"and", "or", "and/or"})
 
 
 def is_acronym(name: str) -> bool:
@@ -70,6 +74,7 @@ class NameIndex:
         self.exact: Set[FrozenSet[str]] = set()
         self.partial: Set[FrozenSet[str]] = set()
         self.capitals_only: Set[FrozenSet[str]] = set()
+        self.coordinated: Set[FrozenSet[str]] = set()  # the words of names with "and"/"or" in them
         written_lower: Set[FrozenSet[str]] = set()
         counts: Dict[str, int] = {}
         before_another: Dict[str, int] = {}
@@ -96,6 +101,8 @@ class NameIndex:
                 written_lower.add(keys)
             self.vocab.update(self.key(w) for w in words)
             self.exact.add(keys)
+            if any(w.lower() in COORDINATING_WORDS for w in words):
+                self.coordinated.add(keys)
             if 3 <= len(keys) <= 6:
                 head = name_head(name)
                 self.partial.update(keys - {k} for k in keys if k != head)
@@ -199,6 +206,7 @@ def propose(
     acronyms: bool = True,
     short_forms: Collection[str] = (),
     max_modifiers: int = 0,
+    variants: Optional[VariantMatcher] = None,
 ) -> List[Proposal]:
     """Token n-grams of ``doc`` whose words are in the KB's vocabulary and nearly match a KB name.
 
@@ -210,28 +218,41 @@ def propose(
     ("breast and ovarian cancer", "breast/ovarian cancer") is proposed whole; the linker splits it.
     A name with up to ``max_modifiers`` KB modifiers before it is proposed too, as ``"modified"``
     ("hemorrhagic cystitis"): the encoder decides whether the modifier belongs to the mention.
+    With ``variants``, an n-gram whose words name a KB name through the word-variant table is
+    proposed as ``"variant"`` ("cutaneous abnormalities").
+
+    No proposal starts inside a hyphenated word ("auricular pits" in "pre-auricular pits"); one may end
+    before a hyphen, as the first part of a compound is a mention ("breast cancer" in "breast
+    cancer-susceptibility genes"). One that is not a coordination holds "and"/"or" only where a KB
+    name does: "nasal bridge and low" (in "broad nasal bridge and low-set ears") and "lip or cleft" (in
+    "cleft lip or cleft palate") are not proposed; "cleft lip and palate" is.
     """
     tokens = token_columns(doc, index)
     strings = doc.vocab.strings
     keyed, sent_start = tokens.keys, tokens.sent_start
     found: List[Proposal] = []
     n = len(doc)
+    lower, attached = tokens.lower, tokens.attached
     for start in range(n):
-        if not keyed[start]:
-            continue
+        if not keyed[start] or (start > 0 and attached[start - 1] and strings[lower[start - 1]] == "-"):
+            continue  # never "auricular pits" out of "pre-auricular pits", nor "Tooth" out of "Charcot-Marie-Tooth"
         keys: List[str] = []
+        coordinated = False
         for end in range(start + 1, min(n, start + 4 * max_words) + 1):
             token_keys = keyed[end - 1]
             if token_keys is None or (end > start + 1 and sent_start[end - 1]):
                 break
             if not token_keys:
+                coordinated = coordinated or strings[lower[end - 1]] in COORDINATING_WORDS
                 continue  # a mention never ends on a function word or inner punctuation
             keys.extend(token_keys)
             if len(keys) > max_words:
                 break
             key_set = frozenset(keys)
             kind = index.match(key_set)
-            if kind is None:
+            if kind is None and variants is not None and variants.match(key_set):
+                kind = "variant"
+            if kind is None or (coordinated and key_set not in index.coordinated):
                 continue
             if len(key_set) == 1 and index.is_generic(keys[0], max_generic_share):
                 continue
@@ -244,12 +265,21 @@ def propose(
             found.append(Proposal(start, end, kind))
             if kind == "exact":
                 found.extend(Proposal(s, end, "modified") for s in modifier_starts(tokens, start, index, max_modifiers))
-            before = start - 1
-            while before >= 0 and strings[tokens.lower[before]] in COORDINATORS:
-                before -= 1
-            if end - start >= 2 and 0 <= before < start - 1 and keyed[before]:
-                # "breast and/or | ovarian cancer": does "breast" + "cancer" name something too?
-                head = key_set - frozenset(keyed[start])
-                if head and index.match(head | frozenset(keyed[before])) == "exact":  # type: ignore[arg-type]
-                    found.append(Proposal(before, end, "coordinated"))
+            # "breast and/or | ovarian cancer": does "breast" + "cancer" name something too? And
+            # "branchial, otic and | renal anomalies": each earlier conjunct of a list, while they do
+            head = key_set - frozenset(keyed[start])  # type: ignore[arg-type]
+            first = start
+            while end - start >= 2 and head:
+                before = first - 1
+                while before >= 0 and strings[lower[before]] in COORDINATORS:
+                    before -= 1
+                if not (0 <= before < first - 1 and keyed[before]):
+                    break
+                if before > 0 and ((attached[before - 1] and strings[lower[before - 1]] == "-") or (first < start and keyed[before - 1])):
+                    break  # not "Chotzen" of "Saethre-Chotzen"; a list's earlier item stands alone (not "cancer" of "breast cancer and …")
+                conjunct = head | frozenset(keyed[before])  # type: ignore[arg-type]
+                if index.match(conjunct) != "exact" and not (variants is not None and variants.match(conjunct)):
+                    break
+                found.append(Proposal(before, end, "coordinated"))
+                first = before
     return found

@@ -432,12 +432,12 @@ def evaluate_end_to_end(
     from ..machine import machine_description, peak_rss_mb
     from ..pipelines import build_pipeline
     from .gold_spans import find_linker
-    from .runner import DICTIONARIES, set_threads
+    from .runner import KNOWN_DICTIONARIES, set_threads
 
     if detector_names(detector) == ["gold"]:  # (an unknown name raises there)
         raise ValueError(f"detector must be one of {[d for d in registered_detectors() if d != 'gold']}, got {detector!r}")
-    if dictionary not in DICTIONARIES:
-        raise ValueError(f"dictionary must be one of {DICTIONARIES}, got {dictionary!r}")
+    if dictionary not in KNOWN_DICTIONARIES:
+        raise ValueError(f"dictionary must be one of {KNOWN_DICTIONARIES}, got {dictionary!r}")
     spec = SPECS.get(dataset)
     if spec is None:
         raise ValueError(f"unknown benchmark {dataset!r}; choose one of {sorted(SPECS)}")

@@ -38,6 +38,10 @@ from .metrics import QueryScores, Ranking, score_queries, summarize
 from .preprocess import Query, load_spelling_fixes, preprocess_documents
 
 DICTIONARIES = ("paper", "ontology")
+# The ontology with the names the shipped word-variant table generates (``word_variants.py``, its
+# ``DEFAULT_OPTIONS``): asked for by name, never part of the default sweeps over ``DICTIONARIES``.
+VARIANT_DICTIONARY = "ontology+variants"
+KNOWN_DICTIONARIES = (*DICTIONARIES, VARIANT_DICTIONARY)
 SYSTEMS = ("exact", "tfidf", "encoder", "scispacy")
 NAME_DEPTH = 50  # names retrieved per string: enough for 5 distinct concept predictions
 LINKER_TOP_K = 20  # concepts the linker keeps per query: enough for 5 distinct predictions
@@ -109,10 +113,16 @@ def build_dictionary(
     the preprocessed train/dev mentions (BioSyn) or, for the end-to-end lexicon, the raw ones;
     their counts per concept become the KB's priors, which rank the concepts of an ambiguous name.
     """
-    if dictionary not in DICTIONARIES:
-        raise ValueError(f"dictionary must be one of {DICTIONARIES}, got {dictionary!r}")
+    if dictionary not in KNOWN_DICTIONARIES:
+        raise ValueError(f"dictionary must be one of {KNOWN_DICTIONARIES}, got {dictionary!r}")
     records = list(datasets.dictionary_records(dataset, data_dir, resources_dir))
-    if dictionary == "ontology":
+    if dictionary == VARIANT_DICTIONARY:
+        from ..word_variants import DEFAULT_OPTIONS, SHIPPED_TABLE, load_table, with_variant_names
+
+        _, generated = with_variant_names(records, load_table(SHIPPED_TABLE), DEFAULT_OPTIONS)
+        # after the ontology's own names (merged into their concepts), so that its cached vectors serve
+        records += [ConceptRecord(cid, name) for name, cid, _ in generated]
+    if dictionary in ("ontology", VARIANT_DICTIONARY):
         return ConceptKB.from_records(records, on_duplicate="merge", strip_punctuation=True)
     mentions = list(_mention_records(train_queries, _primary_ids(records)))
     priors = Counter(r.id for r in mentions)  # TaggerOne-style: how often the training text names each concept

@@ -1,0 +1,108 @@
+"""Proposals and coordinations (issue 46): no proposal ends inside a hyphenated word or holds a
+coordinating word a KB name does not; each conjunct of a list is proposed with the shared head;
+word variants propose a phrase whose words map onto a KB name's."""
+from __future__ import annotations
+
+import spacy
+
+from spacy_sapbert.span_proposals import COORDINATORS, NameIndex, propose
+from spacy_sapbert.variant_proposals import VariantMatcher
+from spacy_sapbert.word_variants import VariantTable
+
+NLP = spacy.blank("en")
+HPO_LIKE = ["Depressed nasal bridge", "Broad nasal bridge", "Low-set ears", "Cleft lip", "Cleft palate",
+            "Cleft lip and palate", "Palmar pits", "Plantar pits", "Branchial anomaly", "Renal anomaly", "Ear anomaly",
+            "Preauricular pit", "Auricular pit", "Neoplasm", "Cancer", "Cortical cataract", "Cataract"]
+
+
+def proposed(text, names=HPO_LIKE, **kw):
+    doc = NLP(text)
+    return {(doc[p.start : p.end].text, p.kind) for p in propose(doc, NameIndex(names), **kw)}
+
+
+def texts(found):
+    return {t for t, _ in found}
+
+
+def test_a_coordination_with_a_hyphenated_conjunct_yields_no_phrase_cut_inside_it():
+    found = texts(proposed("She has a broad nasal bridge and low-set ears."))
+    assert "nasal bridge and low" not in found and "broad nasal bridge and low" not in found
+    assert {"broad nasal bridge", "nasal bridge", "low-set ears"} <= found
+    assert "auricular pits" not in texts(proposed("bilateral pre-auricular pits"))  # starts inside "pre-auricular"
+    assert "Cancer" not in texts(proposed("Breast-Cancer"))
+    # the first part of a compound may be a mention by itself (GSC+ and NCBI-disease annotate it)
+    assert "cancer" in texts(proposed("a cancer-predisposition syndrome"))
+    assert "cleft palate" in texts(proposed("cleft palate-associated genes"))
+
+
+def test_no_proposal_holds_a_coordinating_word_unless_a_kb_name_does():
+    found = proposed("cleft lip or cleft palate")
+    assert "lip or cleft" not in texts(found) and "cleft lip or cleft" not in texts(found)
+    assert {"cleft lip", "cleft palate"} <= texts(found)
+    assert ("cleft lip and palate", "exact") in proposed("cleft lip and palate")  # a KB name with "and"
+    assert "cataract and cortical" not in texts(proposed("nuclear cataract and cortical opacities"))
+
+
+def test_each_conjunct_is_proposed_with_the_shared_head():
+    found = proposed("palmar and plantar pits")
+    assert ("palmar and plantar pits", "coordinated") in found and ("plantar pits", "exact") in found
+    found = proposed("branchial, ear and renal anomalies")
+    assert {("branchial, ear and renal anomalies", "coordinated"), ("ear and renal anomalies", "coordinated"),
+            ("renal anomalies", "exact")} <= found
+    # a list's earlier item stands alone, and starts no hyphenated word
+    names = ["Breast cancer", "Ovarian cancer", "Crouzon syndrome", "Pfeiffer syndrome", "Chotzen syndrome"]
+    assert "cancer and breast/ovarian cancer" not in texts(proposed("breast cancer and breast/ovarian cancer", names))
+    assert "breast/ovarian cancer" in texts(proposed("breast cancer and breast/ovarian cancer", names))
+    found = texts(proposed("Saethre-Chotzen, Crouzon, and Pfeiffer syndromes", names))
+    assert "Crouzon, and Pfeiffer syndromes" in found and "Chotzen, Crouzon, and Pfeiffer syndromes" not in found
+
+
+def test_no_proposal_starts_or_ends_on_a_coordinating_word():
+    for text in ("broad nasal bridge and low-set ears", "cleft lip or cleft palate", "palmar and plantar pits",
+                 "branchial, ear and renal anomalies"):
+        doc = NLP(text)
+        for p in propose(doc, NameIndex(HPO_LIKE)):
+            assert doc[p.start].lower_ not in COORDINATORS and doc[p.end - 1].lower_ not in COORDINATORS, doc[p.start : p.end]
+
+
+def test_word_variants_propose_a_phrase_whose_words_map_onto_a_kb_name():
+    names = ["Abnormality of the skin", "Dysplastic patella"]
+    table = VariantTable({"format": "spacy-sapbert-word-variants", "version": 1, "word_order": {}, "pairs": [
+        {"words": ["cutaneous", "skin"], "kind": "substitution", "votes": 60},
+        {"words": ["dysplasia", "dysplastic"], "kind": "derivation", "votes": 17},
+        {"words": ["patella", "patellar"], "kind": "derivation", "votes": 9},
+    ]})
+    index = NameIndex(names)
+    matcher = VariantMatcher(index.exact, index.vocab, table)
+    index.vocab.update(matcher.extra_vocab)
+    doc = NLP("cutaneous abnormalities and patellar dysplasia")
+    found = {(doc[p.start : p.end].text, p.kind) for p in propose(doc, index, variants=matcher)}
+    assert {("cutaneous abnormalities", "variant"), ("patellar dysplasia", "variant")} <= found
+    assert not {t for t, k in proposed("cutaneous abnormalities and patellar dysplasia", names) if k == "variant"}  # off: none
+
+
+def test_the_span_finder_proposes_variants_only_with_the_setting_and_saves_it(kb_folder, tiny_bert_path, tmp_path):
+    from spacy_sapbert.pipelines import build_pipeline
+    from spacy_sapbert.records import ConceptRecord
+    from spacy_sapbert.word_variants import mine_word_variants, save_table
+
+    table = tmp_path / "table.json"
+    tiny = [ConceptRecord(f"C{i}", f"Renal {w}", [f"Kidney {w}"]) for i, w in enumerate(["cyst", "failure", "tumor"])]
+    mined = mine_word_variants({"TINY": tiny}, min_votes=2, min_concepts=2)
+    for pair in mined["pairs"]:
+        pair["votes"] *= 10  # as many contexts as DEFAULT_OPTIONS asks of a substitution
+    save_table(table, mined)
+    kb = kb_folder([ConceptRecord("D:1", "Renal cyst"), ConceptRecord("D:2", "Anemia")])
+
+    def nlp(**extra):
+        return build_pipeline(kb, "span_finder", encoder=tiny_bert_path, label="DISEASE", linker_config={"precision": "fp32"},
+                              span_finder_config={"min_exact_score": 0.0, "min_partial_score": 0.0, "max_generic_share": 1.0,
+                                                  "min_variant_score": 0.0, **extra})
+
+    text = "Two kidney cysts and anemia."
+    assert [e.text for e in nlp()(text).ents] == ["anemia"]
+    with_variants = nlp(word_variants=str(table))
+    doc = with_variants(text)
+    assert [e.text for e in doc.ents] == ["kidney cysts", "anemia"] and doc.ents[0].kb_id_ == "D:1"
+    with_variants.to_disk(tmp_path / "pipeline")
+    assert [e.text for e in spacy.load(tmp_path / "pipeline")(text).ents] == ["kidney cysts", "anemia"]
