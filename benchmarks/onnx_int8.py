@@ -2,7 +2,10 @@
 
 Not a runtime option of the plugin: on the CPU measured here it encoded fewer names/s than torch
 bf16 and moved the vectors further from fp32 than torch int8 (see the README's SPEED block).
-Needs ``pip install onnxruntime onnx``; ``speed.py`` skips the row without them.
+Needs ``pip install onnxruntime onnx``; ``speed.py`` skips the row without them. ONNX Runtime picks
+its int8 kernels (AVX2, AVX512-VNNI, AMX) from the CPU itself, with no variable to cap them, so
+``speed.py --isa avx2`` cannot show this row as an AVX2-only CPU would run it (torch's int8 row it can:
+``FBGEMM_ENABLE_INSTRUCTIONS``).
 """
 from __future__ import annotations
 

@@ -24,8 +24,15 @@ in the same run, each checkout with its own entry points. ``--fasthpocr-python``
 the same texts (``benchmarks/fasthpocr_worker.py``, its own environment). The encoder section
 counts FLOPs per name from the model's shapes and the token lengths of the names the ``hpo`` and
 ``ner`` runs encoded, and sets names/s against the peak matmul FLOP/s measured here with torch
-(fp32 and bf16, 1 and 2 threads). Writes ``benchmarks/results/pipeline_profile.json`` and the
-README's ``PIPELINE-PROFILE`` block.
+(fp32 and bf16, 1 and 2 threads). ``--isa avx2`` runs every process (FastHPOCR's too) as an
+AVX2-only CPU would (``spacy_sapbert.machine.ISA_ENVIRONMENTS``; the JSON's ``machine.isa`` says
+what took effect). Writes ``benchmarks/results/pipeline_profile.json`` and the README's
+``PIPELINE-PROFILE`` block.
+
+The issue-47 check (HPO default against FastHPOCR, one torch thread, caches empty, one run)::
+
+    python benchmarks/pipeline_profile.py --isa avx2 --pipelines hpo --threads 1 --processes 1 \
+        --fasthpocr-python /tmp/hpocrvenv/bin/python --no-encoder-flops     # pipeline_profile_avx2.json
 """
 from __future__ import annotations
 
@@ -44,6 +51,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from fasthpocr_worker import run_fasthpocr  # benchmarks/fasthpocr_worker.py, beside this script
 from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
+
+from spacy_sapbert.machine import ISA_ENVIRONMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "pipeline_profile.json"
@@ -183,15 +192,21 @@ def stage_times(nlp, texts: Sequence[str], timers: Timers) -> Dict[str, Any]:
 
 
 def pipe_rate(nlp, texts: Sequence[str], n_process: int, repeats: int) -> Dict[str, Any]:
-    """abstracts/s of ``nlp.pipe(texts)`` (default batch size), caches emptied before each run; median."""
-    seconds = []
+    """abstracts/s of ``nlp.pipe(texts)`` (default batch size), caches emptied before each run; median.
+    With one process also per CPU second of this process (on a shared machine, wall time counts the
+    other processes' turns too)."""
+    seconds, cpu_seconds = [], []
     mentions = 0
     for _ in range(repeats):
         clear_caches(nlp)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         mentions = sum(len(d.ents) for d in nlp.pipe(texts, n_process=n_process))
         seconds.append(time.perf_counter() - start)
-    return {"n_process": n_process, "seconds": seconds, "abstracts_per_s": len(texts) / statistics.median(seconds), "mentions": mentions}
+        cpu_seconds.append(time.process_time() - cpu)
+    out = {"n_process": n_process, "seconds": seconds, "abstracts_per_s": len(texts) / statistics.median(seconds), "mentions": mentions}
+    if n_process == 1:
+        out.update(cpu_seconds=cpu_seconds, abstracts_per_cpu_s=len(texts) / statistics.median(cpu_seconds))
+    return out
 
 
 def worker(request: Dict[str, Any]) -> Dict[str, Any]:
@@ -407,6 +422,9 @@ def ratios(r: Dict[str, Any]) -> Dict[str, str]:
             hpo = _rate(runs.get("hpo", {}), n)
             if hpo and r.get("fasthpocr"):
                 out[f"hpo / FastHPOCR (1 process), {code}, {n} process(es)"] = f"{hpo / r['fasthpocr']['abstracts_per_s']:.2f}"
+            hpo_cpu = next((p.get("abstracts_per_cpu_s") for p in runs.get("hpo", {}).get("pipe", []) if p["n_process"] == n), None)
+            if hpo_cpu and r.get("fasthpocr", {}).get("abstracts_per_cpu_s"):
+                out[f"hpo / FastHPOCR per CPU second, {code}"] = f"{hpo_cpu / r['fasthpocr']['abstracts_per_cpu_s']:.2f}"
             for detector in ("ner", "ner-trf"):
                 ner, alone = _rate(runs.get(detector, {}), n), _rate(runs.get(f"{detector}-alone", {}), n)
                 if ner and alone:
@@ -433,11 +451,18 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser.add_argument("--data-dir", type=Path, default=ROOT / "assets" / "benchmarks")
     parser.add_argument("--cache", type=Path, default=ROOT / "corpus" / "cache")
     parser.add_argument("--no-encoder-flops", action="store_true")
-    parser.add_argument("--output", type=Path, default=OUT)
+    parser.add_argument("--output", type=Path, default=None, help=f"default {OUT.name}, or pipeline_profile_ISA.json with --isa")
     parser.add_argument("--render-only", action="store_true", help="re-render the README block from the JSON")
+    parser.add_argument("--isa", default="native", choices=list(ISA_ENVIRONMENTS),
+                        help="run every process as a CPU with only this instruction set would (spacy_sapbert.machine.ISA_ENVIRONMENTS)")
     args = parser.parse_args(argv)
     from spacy_sapbert.fileio import read_json, write_json
-    from spacy_sapbert.machine import machine_description
+    from spacy_sapbert.machine import machine_description, run_as_isa
+
+    if args.output is None:
+        args.output = OUT if args.isa == "native" else OUT.with_name(f"pipeline_profile_{args.isa}.json")
+    if not args.render_only:
+        run_as_isa(args.isa)  # starts this script again with the variables set, unless they are
 
     if args.render_only:
         result = read_json(args.output)

@@ -3,6 +3,7 @@
     python benchmarks/speed.py --quick        # < 5 minutes once the MEDIC KB is cached
     python benchmarks/speed.py --umls-names 1000000   # adds the UMLS-scale part (benchmarks/umls_scale.py)
     python benchmarks/speed.py --render-only --umls-result FOLDER/result.json   # adopt a umls_scale.py run
+    python benchmarks/speed.py --quick --threads 2 --isa avx2 --scispacy-python /tmp/scivenv/bin/python   # as on an AVX2-only CPU
 
 Measures, with the default encoder (offline MiniLM, default precision) and the MEDIC 2012 KB:
 * ``names_per_s``: dictionary encoding with the default precision, and per precision (fp32 / bf16 /
@@ -41,7 +42,7 @@ from spacy_sapbert.evaluation.baselines import run_scispacy_worker, scispacy_ent
 from spacy_sapbert.evaluation.datasets import dictionary_records, load_split
 from spacy_sapbert.fileio import read_json, write_json
 from spacy_sapbert.linker import SapBertLinker
-from spacy_sapbert.machine import machine_description, peak_rss_mb
+from spacy_sapbert.machine import ISA_ENVIRONMENTS, machine_description, peak_rss_mb, run_as_isa
 from spacy_sapbert.normalize import normalize_name
 from spacy_sapbert.search import LinkingKB
 
@@ -298,9 +299,15 @@ def main(
     repeats: int = typer.Option(3, help="Runs per figure; the median is reported"),
     threads: int = typer.Option(2, help="torch and FAISS threads"),
     n_names: int = typer.Option(3000, help="Dictionary names encoded for names_per_s"),
-    output: Path = typer.Option(ROOT / "benchmarks" / "results" / "speed.json"),
+    output: Optional[Path] = typer.Option(None, help="default benchmarks/results/speed.json (speed_ISA.json with --isa)"),
     cache: Path = typer.Option(ROOT / "corpus" / "cache"),
+    isa: str = typer.Option("native", help=f"run as a CPU with only this instruction set would: {', '.join(ISA_ENVIRONMENTS)} "
+                            "(spacy_sapbert.machine.ISA_ENVIRONMENTS); the README's SPEED block keeps the native figures"),
 ) -> None:
+    if isa not in ISA_ENVIRONMENTS:
+        raise typer.BadParameter(f"--isa must be one of {', '.join(ISA_ENVIRONMENTS)}, got {isa!r}")
+    results_dir = ROOT / "benchmarks" / "results"
+    output = output or (results_dir / "speed.json" if isa == "native" else results_dir / f"speed_{isa}.json")
     if render_only:
         results = read_json(output)
         if umls_result is not None:  # a UMLS-scale run made by umls_scale.py itself (it records its command)
@@ -308,12 +315,14 @@ def main(
             write_json(output, results)
         update_readme(readme, render_speed(results, output), block="SPEED")
         return
+    run_as_isa(isa)  # starts this script again with the variables set (torch is loaded already), unless they are
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)
     command = "python benchmarks/speed.py " + " ".join(sys.argv[1:])
     results: Dict[str, object] = {
         "command": command.strip(),
         "machine": {**machine_description(), "threads": threads, "torch": torch.__version__},
+        "load_average": {"before": [round(x, 2) for x in os.getloadavg()]},
         "repeats": repeats,
         "default_precision": resolve_precision("auto", torch.device("cpu")),
     }
@@ -396,8 +405,10 @@ def main(
         set_umls_runs(results, newest, runs)
     elif runs:
         set_umls_runs(results, runs[0], runs[1:])  # kept from the last full run
+    results["load_average"]["after"] = [round(x, 2) for x in os.getloadavg()]  # type: ignore[index]
     write_json(output, results)
-    update_readme(readme, render_speed(results, output), block="SPEED")
+    if isa == "native":
+        update_readme(readme, render_speed(results, output), block="SPEED")
     typer.echo(json.dumps(results, indent=2))
 
 

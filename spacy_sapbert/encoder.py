@@ -116,16 +116,21 @@ def native_bf16(device: torch.device) -> bool:
 
 
 def fast_bf16(device: torch.device) -> bool:
-    """Whether bf16 is the faster choice on ``device``: CUDA with bf16, or a CPU with AMX tiles.
+    """Whether bf16 is the faster choice on ``device``: CUDA with bf16, or a CPU with AMX tiles that
+    oneDNN may use (``ONEDNN_MAX_CPU_ISA`` can cap it below AMX: ``machine.onednn_allows_amx``).
 
     A CPU with AVX512-BF16 but no AMX computes bf16 natively, yet at half fp32's speed: on such a
     Xeon (``benchmarks/pipeline_profile.py``, its matmul peaks and its before/after rows) bf16 made
-    the encoder and the transformer NER slower than fp32, so ``auto`` keeps fp32 there.
+    the encoder and the transformer NER slower than fp32, so ``auto`` keeps fp32 there. An AVX2-only
+    CPU has no native bf16 at all: emulated, a bf16 matmul ran at a fifth of fp32's speed
+    (``benchmarks/isa_emulation.py``).
     """
     if device.type != "cpu":
         return native_bf16(device)
+    from .machine import onednn_allows_amx
+
     has_amx = getattr(torch.cpu, "_is_amx_tile_supported", None)  # torch >= 2.3; absent: assume none
-    return bool(has_amx is not None and has_amx()) and native_bf16(device)
+    return bool(has_amx is not None and has_amx()) and onednn_allows_amx() and native_bf16(device)
 
 
 def resolve_precision(precision: str, device: torch.device, training: bool = False) -> str:
@@ -134,7 +139,10 @@ def resolve_precision(precision: str, device: torch.device, training: bool = Fal
     Encoding: ``auto`` is bf16 where it is faster than fp32 (``fast_bf16``: CUDA, or a CPU with AMX),
     else fp32. Measured on an AMX CPU (``benchmarks/speed.py``): bf16 encodes faster than fp32 with
     the same NCBI-disease Acc@1 and a top-5 overlap near 1; int8 (torch or ONNX Runtime) costs
-    accuracy, so it is never chosen automatically. Training: ``auto`` is the authors' ``--amp`` (fp16 autocast with loss scaling)
+    accuracy, so it is never chosen automatically, not even on an AVX2-only CPU where it is the one
+    faster choice (``benchmarks/encoder_precision.py --isa avx2``: the HPO default 1.4x the abstracts
+    per CPU second, GSC+ dev link F1 0.603 -> 0.600; a user opts in with the linker's ``precision``).
+    Such a CPU has no native bf16 (``native_bf16``), so ``auto`` is fp32 there. Training: ``auto`` is the authors' ``--amp`` (fp16 autocast with loss scaling)
     on CUDA; on the CPU bf16 autocast where ``fast_bf16`` holds (AMX), else fp32: self-alignment with bf16
     autocast ran at 1.7x fp32's pairs/s on an AMX Xeon, and slower than fp32 on one with AVX512-BF16 but no AMX.
     fp16 needs CUDA, and int8 is for encoding only.

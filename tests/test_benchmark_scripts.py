@@ -111,6 +111,22 @@ def test_pipeline_profile_ratios_compare_runs_of_the_same_run(monkeypatch):
         "hpo / FastHPOCR (1 process), after, 1 process(es)": "0.40", "ner / its NER alone, after, 1 process(es)": "0.80",
         "hpo / FastHPOCR (1 process), after, 2 process(es)": "0.70", "ner / its NER alone, after, 2 process(es)": "0.70",
     }
+    # on a shared machine the same run's rates per CPU second are set side by side too
+    result["runs"]["after"]["hpo"]["pipe"][0]["abstracts_per_cpu_s"] = 300.0
+    result["fasthpocr"]["abstracts_per_cpu_s"] = 1500.0
+    assert profile.ratios(result)["hpo / FastHPOCR per CPU second, after"] == "0.20"
+
+
+def test_cpu_profile_shares_out_time_by_where_it_is_spent(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    cpu_profile = _load("cpu_profile")
+    assert cpu_profile.bucket_of(("~", 0, "<built-in method torch._C._nn.linear>")) == "encoder: torch linear/matmul"
+    assert cpu_profile.bucket_of(("/x/spacy_sapbert/bert.py", 10, "forward")) == "encoder: other torch ops"
+    assert cpu_profile.bucket_of(("/x/spacy_sapbert/span_proposals.py", 1, "propose")) == "span-finder proposals"
+    assert cpu_profile.bucket_of(("spacy/tokens/doc.pyx", 507, "__iter__")) == "spaCy (tokenizer, Doc, Span)"
+    assert cpu_profile.bucket_of(("/usr/lib/python3.11/re/_parser.py", 1, "parse")) == "other Python"
+    shares = cpu_profile.profile_shares(lambda: sum(i * i for i in range(20000)))
+    assert abs(sum(shares["shares"].values()) - 1) < 0.01 and shares["top_functions"]
 
 
 def test_annotate_benchmark_corpus_is_every_distinct_abstract_once(monkeypatch, tmp_path):

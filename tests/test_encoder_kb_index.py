@@ -156,6 +156,24 @@ def test_bf16_counts_as_faster_on_a_cpu_only_with_amx(monkeypatch):
     assert encoder_module.fast_bf16(cpu) is False
 
 
+def test_bf16_is_not_faster_where_onednn_is_capped_below_amx(monkeypatch):
+    """``--isa avx512`` or ``avx2`` (ONEDNN_MAX_CPU_ISA) on an AMX CPU: oneDNN may not use the tiles
+    that torch's CPU check still sees, so ``auto`` keeps fp32 as that CPU would."""
+    from spacy_sapbert.machine import ISA_ENVIRONMENTS
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    monkeypatch.setattr(encoder_module, "native_bf16", lambda device: True)
+    for cap, expected in ((None, True), ("AVX512_CORE_AMX", True), (ISA_ENVIRONMENTS["avx512"]["ONEDNN_MAX_CPU_ISA"], False),
+                          (ISA_ENVIRONMENTS["avx2"]["ONEDNN_MAX_CPU_ISA"], False)):
+        if cap is None:
+            monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+        else:
+            monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+        assert encoder_module.fast_bf16(cpu) is expected, cap
+        assert resolve_precision("auto", cpu) == ("bf16" if expected else "fp32")
+
+
 def test_missing_encoder_folder_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="never downloads"):
         resolve_encoder_path(tmp_path / "nope")
