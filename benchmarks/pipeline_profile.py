@@ -52,8 +52,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from fasthpocr_worker import run_fasthpocr  # benchmarks/fasthpocr_worker.py, beside this script
 from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
 
-from spacy_sapbert.machine import ISA_ENVIRONMENTS
-
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "pipeline_profile.json"
 README = ROOT / "benchmarks" / "README.md"
@@ -439,6 +437,8 @@ def git_commit(code: Path) -> Optional[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from spacy_sapbert.machine import ISA_ENVIRONMENTS  # here, not at the top: --worker runs against --before-code's package too
+
     parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=PIPELINES)
     parser.add_argument("--limit", type=int, default=None, help="only the first N abstracts (a quick look)")
     parser.add_argument("--threads", type=int, default=2)

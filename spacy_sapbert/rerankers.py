@@ -29,7 +29,8 @@ def rerank_in_context(spans: List[List[Span]], linked: BatchLinks, weight: float
     if not pending:
         return linked
     assert prototypes is not None
-    vectors = encode([mention_in_context(span.doc.text, span.start_char, span.end_char) for _, _, span in pending])
+    texts = {d: spans[d][0].doc.text for d, _, _ in pending}  # spaCy joins a doc's text anew at each call: once per doc
+    vectors = encode([mention_in_context(texts[d], span.start_char, span.end_char) for d, _, span in pending])
     out = [list(doc_linked) for doc_linked in linked]
     for (d, i, _), vector in zip(pending, vectors):
         out[d][i] = [(query, rerank(cands, prototypes.similarities([c.concept_id for c in cands[:contested(cands, weight)]], vector),

@@ -80,6 +80,7 @@ def span_records(doc: Doc, linkers: Sequence[Any]) -> List[Dict[str, Any]]:
     """One JSON-ready dict per span that ``linkers`` link in ``doc``, by position (a KB is read only
     when there is a span)."""
     ents = {(e.start, e.end) for e in doc.ents}
+    text = doc.text  # spaCy joins it anew at each call: once per document, not once per span
     out = []
     for linker in linkers:
         spans = linker.spans_to_link(doc)
@@ -90,7 +91,7 @@ def span_records(doc: Doc, linkers: Sequence[Any]) -> List[Dict[str, Any]]:
             top = cands[0] if cands else None
             out.append(
                 {
-                    **visible_span(doc.text, span.start_char, span.end_char),  # text, start_char, end_char
+                    **visible_span(text, span.start_char, span.end_char),  # text, start_char, end_char
                     "label": span.label_,
                     "nested": (span.start, span.end) not in ents,  # a span-group mention overlapping an entity
                     "cui": cui,

@@ -91,3 +91,28 @@ def test_later_uses_of_a_short_form_are_linear():
     doc_run = run_at(3)
     assert len(doc_run()) == 4  # "ADHD" in the definition and each later one
     assert_linear(run_at, 1500)
+
+
+def test_writing_a_long_documents_span_records_is_linear():
+    """``link``/``annotate`` write each span's record from the document's text: read once per
+    document (spaCy joins ``doc.text`` anew at each call), not once per span."""
+    from types import SimpleNamespace
+
+    from spacy_sapbert.shards import span_records
+
+    nlp = spacy.blank("en")
+
+    def doc_with(n: int):
+        doc = nlp.make_doc("fever " * n)
+        doc.ents = [Span(doc, i, i + 1, label="X") for i in range(len(doc))]
+        return doc
+
+    linker = SimpleNamespace(spans_to_link=lambda doc: list(doc.ents), linking_kb=SimpleNamespace(kb=None),
+                             cui_attr="test_long_cui", candidates_attr="test_long_candidates")
+    for name in (linker.cui_attr, linker.candidates_attr):
+        Span.set_extension(name, default=None, force=True)
+    small, large = doc_with(1500), doc_with(6000)
+    assert len(span_records(large, [linker])) == 6000
+    t_small = best_seconds(lambda: span_records(small, [linker]))
+    t_large = best_seconds(lambda: span_records(large, [linker]))
+    assert t_large <= GROWTH * t_small + SLACK_S, (t_small, t_large)
