@@ -75,7 +75,7 @@ def build_pipeline(
     """
     kbs: Dict[str, Any] = {}
     per_label = isinstance(kb, Mapping)
-    if isinstance(kb, Mapping):
+    if per_label:
         if labels:
             raise ValueError("a KB per label needs a labelling detector ('ner', 'ner-trf' or 'gold') and no 'labels'")
         kbs = {f"{LINKER}_{lab.lower()}": (str(path), [lab]) for lab, path in kb.items()}

@@ -18,8 +18,9 @@ from itertools import chain, islice
 from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from spacy.language import Language
-from spacy.tokens import Doc
+from spacy.tokens import Doc, Span
 
+from .assertion import negspacy_negated
 from .documents import InputDocument, visible_span
 from .fileio import PathLike
 from .time_limit import DocumentTimeout, TimeLimit
@@ -112,15 +113,13 @@ def span_records(doc: Doc, linkers: Sequence[Any]) -> List[Dict[str, Any]]:
 ASSERTION_FIELDS = ("negated", "uncertain", "hypothetical", "historical", "experiencer", "section", "assertion")
 
 
-def assertion_record(span: Any) -> Dict[str, Any]:
+def assertion_record(span: Span) -> Dict[str, Any]:
     """A span's ``sapbert_context`` attributes (``None`` each where no such component ran); from a
     pipeline saved with negspacy's NegEx (before ``sapbert_context``), ``negated`` is its ``span._.negex``."""
-    from spacy.tokens import Span
-
-    from .assertion import negspacy_negated
-
-    if Span.has_extension("assertion") and span._.assertion is not None:
-        return {name: span._.get(name) for name in ASSERTION_FIELDS}
+    if Span.has_extension("assertion"):
+        ext = span._  # one extension accessor for the seven fields (spaCy makes a new one at each ``span._``)
+        if ext.assertion is not None:
+            return {name: ext.get(name) for name in ASSERTION_FIELDS}
     return {**dict.fromkeys(ASSERTION_FIELDS), "negated": negspacy_negated(span)}
 
 
