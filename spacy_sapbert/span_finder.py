@@ -17,9 +17,10 @@ import itertools
 import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
-from spacy.attrs import IDX, LENGTH
+from spacy.attrs import IDX, LENGTH, LOWER
 from spacy.language import Language
 from spacy.scorer import Scorer, get_ner_prf
+from spacy.strings import get_string_id
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example
 from spacy.util import filter_spans, registry
@@ -33,6 +34,7 @@ from .span_proposals import COORDINATORS, NameIndex, Proposal, propose
 from .variant_proposals import VariantMatcher, variant_matcher
 
 RESOLVE_MODES = ("longest", "best", "all")
+COORDINATOR_IDS = frozenset(get_string_id(w) for w in COORDINATORS)  # as ``Doc.to_array(LOWER)`` gives them
 # Which spans inside a longer accepted one the span group keeps with ``resolve="all"``: every one;
 # only those inside a coordination ("plantar pits" in "palmar and plantar pits"), the nested
 # mentions that phenotype corpora annotate most consistently; or those and the KB names that end a
@@ -360,8 +362,9 @@ class SpanFinder(ConfigOnlyPipe):
         # ends where it ends: only the non-coordinations around it matter. Asked per span through a
         # running maximum of their ends by start, not by looking at every other span, so that a
         # document of many overlapping proposals ("seizures seizures ...") stays linear.
-        lower = [t.lower_ for t in spans[0].doc] if spans else []
-        blocking = sorted((o.start, o.end) for o in spans if not any(lower[i] in COORDINATORS for i in range(o.start + 1, o.end - 1)))
+        # each token's lower-case form as a hash (an array read: a Token object per token cost more than the rest here)
+        lower = spans[0].doc.to_array(LOWER).tolist() if spans else []
+        blocking = sorted((o.start, o.end) for o in spans if not any(lower[i] in COORDINATOR_IDS for i in range(o.start + 1, o.end - 1)))
         blocking_starts = [start for start, _ in blocking]
         furthest_end = list(itertools.accumulate((end for _, end in blocking), max))
         first_start_by_end: Dict[int, int] = {}
