@@ -6,6 +6,7 @@ the mention caches a worker keeps: ``mention_cache.MentionCaches``.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import queue
@@ -185,6 +186,11 @@ class ShardWorker:
         self.fingerprint = pipeline_fingerprint(self.nlp)
         self.components = list(self.nlp.pipe_names)
         self._kept_words = False
+        # The pipeline lives as long as the process's annotating: its objects (KB tables, vocab, rules)
+        # need not be walked by every full garbage collection that the documents' objects trigger.
+        # Measured on the HPO default over the 2,292 abstracts: nlp.pipe 6.15 s, 4.64 s with them frozen.
+        gc.collect()
+        gc.freeze()
 
     def run(self, index: int, docs: Sequence[InputDocument], output_format: str, batch_size: Optional[int] = None,
             progress: Any = None) -> Shard:
