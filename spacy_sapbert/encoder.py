@@ -140,8 +140,8 @@ def resolve_precision(precision: str, device: torch.device, training: bool = Fal
     else fp32. Measured on an AMX CPU (``benchmarks/speed.py``): bf16 encodes faster than fp32 with
     the same NCBI-disease Acc@1 and a top-5 overlap near 1; int8 (torch or ONNX Runtime) costs
     accuracy, so it is never chosen automatically, not even on an AVX2-only CPU where it is the one
-    faster choice (``benchmarks/encoder_precision.py --isa avx2``: the HPO default 1.4x the abstracts
-    per CPU second, GSC+ dev link F1 0.603 -> 0.600; a user opts in with the linker's ``precision``).
+    faster choice (``benchmarks/results/encoder_precision_avx2.json``: the HPO default 1.52x the abstracts
+    per CPU second, GSC+ dev link F1 0.607 -> 0.602; a user opts in with the linker's ``precision``).
     Such a CPU has no native bf16 (``native_bf16``), so ``auto`` is fp32 there. Training: ``auto`` is the authors' ``--amp`` (fp16 autocast with loss scaling)
     on CUDA; on the CPU bf16 autocast where ``fast_bf16`` holds (AMX), else fp32: self-alignment with bf16
     autocast ran at 1.7x fp32's pairs/s on an AMX Xeon, and slower than fp32 on one with AVX512-BF16 but no AMX.
