@@ -5,11 +5,12 @@ component. Trigger phrases carry a *category* (what they assert) and a *directio
 trigger ("no", "history of", "if", "mother") modifies the spans after it, a ``backward`` one
 ("ruled out", "unlikely") the spans before it, ``bidirectional`` both. A trigger's scope ends at the
 sentence's end, at a ``terminate`` phrase of its category ("but", "however", "presents with"), at
-the next trigger of the same attribute, or after ``max_scope`` words. ``pseudo`` phrases ("no
-increase", "not only", "gram negative") are triggers' look-alikes: where one matches, the trigger
-words inside it do nothing. Section titles ("PAST MEDICAL HISTORY:", "FAMILY HISTORY:") set
-``span._.section`` and, where a section has a default ("family history": someone else's and
-historical), it applies unless a trigger in the sentence says otherwise.
+the next trigger of the same attribute that gives it another value ("mother ... the patient"), or
+after ``max_scope`` words. ``pseudo`` phrases ("no increase", "not only", "gram negative") are
+triggers' look-alikes: where one matches, the trigger words inside it do nothing. Section titles
+("PAST MEDICAL HISTORY:", "FAMILY HISTORY:") set ``span._.section`` and, where a section has a
+default ("family history": someone else's and historical), it applies unless a trigger in the
+sentence says otherwise.
 
 The lexicon is data, not code (read by ``context_rules.py``): ``spacy_sapbert/data/context_rules.json`` (versioned; each imported
 list names its source and licence, see ``context_rules_NOTICE.txt`` beside it). An entry is
@@ -300,30 +301,48 @@ class _Lexicon:
 
 # event kinds, in the order they apply at one position
 _ACTIVATE, _SENTENCE, _QUERY, _KILL = 0, 1, 2, 3
+_UNBOUNDED = float("inf")
 
 
 def _sweep(events: List[Tuple[int, int, int, Any]], n_targets: int, reverse: bool,
            max_scope: Optional[int]) -> List[Dict[str, Tuple[int, Any]]]:
-    """One direction's scopes: for each target, slot → (distance, value) of the trigger reaching it."""
+    """One direction's scopes: for each target, slot → (distance, value) of the nearest trigger reaching it.
+
+    A trigger ends the scopes of earlier triggers of its attribute that give another value ("her
+    mother had diabetes; the patient has asthma"); those that give the same value go on where they
+    reach further ("history of CAD, s/p CABG, hypertension": "s/p" reaches 4 words, "history of" the
+    sentence). Per slot the active triggers all give one value, the nearest last; a new one drops
+    those it outreaches (they can reach no target it does not reach first)."""
     events.sort(key=lambda e: ((-e[0]) if reverse else e[0], e[1]))
-    active: Dict[str, Tuple[int, Any, Optional[int]]] = {}
+    active: Dict[str, List[Tuple[int, Any, float]]] = {}  # slot -> [(position, value, reach)], nearest last
     out: List[Dict[str, Tuple[int, Any]]] = [{} for _ in range(n_targets)]
     for pos, kind, _, payload in events:
+        here = -pos if reverse else pos
         if kind == _ACTIVATE:
             slot, value, limit = payload
-            active[slot] = (pos, value, limit)
+            scope = limit if limit is not None else max_scope
+            reach = here + scope if scope is not None else _UNBOUNDED
+            current = active.get(slot)
+            if current and current[-1][1] == value:
+                current[:] = [t for t in current if t[2] > reach]
+                current.append((here, value, reach))
+            else:
+                active[slot] = [(here, value, reach)]
         elif kind == _SENTENCE:
             active.clear()
         elif kind == _KILL:
-            for slot in payload:
-                active.pop(slot, None)
+            slots, value = payload
+            for slot in slots:
+                current = active.get(slot)
+                if current and (value is None or current[-1][1] != value):
+                    del active[slot]
         else:
             found = out[payload]
-            for slot, (where, value, limit) in active.items():
-                distance = (where - pos) if reverse else (pos - where)
-                scope = limit if limit is not None else max_scope
-                if scope is None or distance < scope:
-                    found[slot] = (distance, value)
+            for slot, current in active.items():
+                for where, value, reach in reversed(current):  # the nearest that reaches this far
+                    if here < reach:
+                        found[slot] = (here - where, value)
+                        break
     return out
 
 
@@ -353,11 +372,12 @@ def assert_spans(
     for start, end, group in matches:
         for rule in group:
             if rule.direction == "terminate":
-                fwd.append((start, _KILL, 0, rule.slots))
-                bwd.append((end, _KILL, 0, rule.slots))
+                fwd.append((start, _KILL, 0, (rule.slots, None)))
+                bwd.append((end, _KILL, 0, (rule.slots, None)))
                 continue
-            fwd.append((start, _KILL, 0, rule.slots))  # the next trigger of an attribute ends the last one's scope
-            bwd.append((end, _KILL, 0, rule.slots))
+            # the next trigger of an attribute ends the last one's scope where it gives another value
+            fwd.append((start, _KILL, 0, (rule.slots, rule.value)))
+            bwd.append((end, _KILL, 0, (rule.slots, rule.value)))
             payload = (rule.slots[0], rule.value, rule.max_scope)
             if rule.direction in ("forward", "bidirectional"):
                 fwd.append((end, _ACTIVATE, 0, payload))

@@ -120,6 +120,50 @@ def test_history_of_present_illness_is_not_historical(nlp):
     assert stroke["historical"] is True
 
 
+# the historical cues of context_rules 1.1.0: each class where it fires and where it must not
+@pytest.mark.parametrize("text,target,historical", [
+    # a condition followed by "history" (one word back)
+    ("Because of his coronary artery disease history, he was admitted.", "coronary artery disease", True),
+    ("Chest pain, history of asthma.", "Chest pain", False),
+    # "in the past" in both directions, but not before a number or a short span (the current episode)
+    ("In the past, she had seizures.", "seizures", True),
+    ("Diverticulitis in the past.", "Diverticulitis", True),
+    ("She has had fever in the past 24 hours.", "fever", False),
+    ("In the past few days he has had chills.", "chills", False),
+    ("Vomiting in the past week.", "Vomiting", False),
+    # the findings of a previous study, but not a comparison with one
+    ("Prior CT showed a right lower lobe nodule.", "right lower lobe nodule", True),
+    ("See the previous marrow report indicating involvement by a lymphoproliferative process.",
+     "lymphoproliferative process", True),
+    ("Compared with the prior CT, there is a new right lower lobe nodule.", "right lower lobe nodule", False),
+    ("The effusion has increased since the previous study.", "effusion", False),
+    # a condition just before "status post" (the indication of a past procedure), not one further back
+    ("Coronary artery disease status post CABG.", "Coronary artery disease", True),
+    ("Crohn's, s/p ileocecal resection.", "Crohn's", True),
+    ("Chest pain after lifting, status post CABG.", "Chest pain", False),
+    # an age glued to a de-identification mark: "-old" is part of the age, not the cue "old"
+    ("This is a **AGE[in 70s]-year-old demented woman.", "demented", False),
+    ("There is an old infarct.", "infarct", True),
+], ids=["cond-history", "cond-history-of-next", "in-the-past-fwd", "in-the-past-bwd", "past-24-hours",
+        "past-few-days", "past-week", "prior-study", "previous-report", "compared-with-prior", "since-previous",
+        "cond-sp", "cond-comma-sp", "cond-far-from-sp", "deid-age", "old-infarct"])
+def test_historical_cues(nlp, text, target, historical):
+    (span,) = run(nlp, text, target)
+    assert span["historical"] is historical
+
+
+def test_a_trigger_ends_only_the_scopes_that_give_another_value(nlp):
+    # the 4-word "s/p" no longer ends the sentence-long "history of"
+    cad, htn, dm = run(nlp, "History of CAD, s/p CABG, hypertension and diabetes.", "CAD", "hypertension", "diabetes")
+    assert cad["historical"] and htn["historical"] and dm["historical"]
+    # a trigger that gives another value still does: "the patient" after "mother"
+    dm, asthma = run(nlp, "Her mother had diabetes; the patient has asthma.", "diabetes", "asthma")
+    assert dm["experiencer"] == "other" and asthma["experiencer"] == "patient"
+    # and a terminator ends them all
+    (pain,) = run(nlp, "History of CAD, s/p CABG, now presents with chest pain.", "chest pain")
+    assert pain["historical"] is False
+
+
 def test_assertion_precedence():
     assert assertion_of({"experiencer": "other", "negated": True}) == "other"
     assert assertion_of({"negated": True, "historical": True}) == "absent"
@@ -316,6 +360,10 @@ def test_benchmark_reads_and_scores_the_test_set_layout(tmp_path):
     table = bench.evaluate(rows, predicted, ("negated", "hypothetical", "other", "historical"))
     whole = table["whole set"]
     assert whole["negated"]["tp"] == 1 and whole["hypothetical"]["tp"] == 1 and whole["other"]["tp"] == 1
+    alone = bench.Row(4, "Hypertension", "HYPERTENSION.", "Affirmed", "Historical", "Patient")
+    assert bench.condition_alone(alone) and not bench.condition_alone(rows[2])
+    misses = bench.misses_alone(rows + [alone], predicted + [{"historical": False}], "historical")
+    assert misses["whole set"] == {"fn": 1, "condition_alone": 1}
     assert score([True, False], [True, True]) == {"n": 2, "tp": 1, "fp": 1, "fn": 0, "tn": 0, "precision": 0.5,
                                                    "recall": 1.0, "f": 0.6667, "accuracy": 0.5}
     bad = tmp_path / "bad.txt"
