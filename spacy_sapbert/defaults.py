@@ -28,16 +28,18 @@ HPO_NESTED = "heads"
 
 
 def default_pipeline(
-    encoder: Union[str, os.PathLike, None] = None, progress: bool = True, detector: DetectorSpec = DEFAULT_DETECTOR
+    encoder: Union[str, os.PathLike, None] = None, progress: bool = True, detector: DetectorSpec = DEFAULT_DETECTOR,
+    precision: str = "auto",
 ) -> Language:
     """The embedded default: HPO KB + MiniLM, mentions found by the span finder (its defaults tuned
     on phenotype dev data), nested mentions in ``doc.spans["sapbert_nested"]`` (linked too),
     abbreviations expanded, each mention's assertion set by ConText (``span._.negated``,
-    ``historical``, ``hypothetical``, ``uncertain``, ``experiencer``, ``section``, ``assertion``)."""
+    ``historical``, ``hypothetical``, ``uncertain``, ``experiencer``, ``section``, ``assertion``).
+    ``precision``: the encoder's (``encoder.resolve_precision``), for the KB built on first use too."""
     from .pipelines import LINKER, build_pipeline
     from .search import LinkingKB
 
-    enc = SapEncoder.load(resolve_encoder_path(encoder))
+    enc = SapEncoder.load(resolve_encoder_path(encoder), precision=precision)
     kb = default_kb_path(enc, progress=progress)
     nlp = build_pipeline(
         kb,
@@ -46,6 +48,7 @@ def default_pipeline(
         label="PHENOTYPE",
         span_finder_config=dict(HPO_SPAN_FINDER),
         nested=HPO_NESTED if "span_finder" in detector_names(detector) else None,  # the span finder finds them
+        linker_config={"precision": precision} if precision != "auto" else None,
     )
     nlp.get_pipe(LINKER).set_kb(LinkingKB.from_disk(kb), enc)  # the encoder default_kb_path needed: loaded once
     return nlp

@@ -115,44 +115,60 @@ def native_bf16(device: torch.device) -> bool:
         return False
 
 
-def fast_bf16(device: torch.device) -> bool:
-    """Whether bf16 is the faster choice on ``device``: CUDA with bf16, or a CPU with AMX tiles that
-    oneDNN may use (``ONEDNN_MAX_CPU_ISA`` can cap it below AMX: ``machine.onednn_allows_amx``).
-
-    A CPU with AVX512-BF16 but no AMX computes bf16 natively, yet at half fp32's speed: on such a
-    Xeon (``benchmarks/pipeline_profile.py``, its matmul peaks and its before/after rows) bf16 made
-    the encoder and the transformer NER slower than fp32, so ``auto`` keeps fp32 there. An AVX2-only
-    CPU has no native bf16 at all: emulated, a bf16 matmul ran at a fifth of fp32's speed
-    (``benchmarks/isa_emulation.py``).
-    """
+def amx_bf16(device: torch.device) -> bool:
+    """Whether ``device`` is a CPU with AMX tiles that oneDNN may use (``ONEDNN_MAX_CPU_ISA`` can cap it
+    below AMX: ``machine.onednn_allows_amx``) and native bf16: there bf16 beats fp32 for inference and
+    for the trainer's autocast alike."""
     if device.type != "cpu":
-        return native_bf16(device)
+        return False
     from .machine import onednn_allows_amx
 
     has_amx = getattr(torch.cpu, "_is_amx_tile_supported", None)  # torch >= 2.3; absent: assume none
     return bool(has_amx is not None and has_amx()) and onednn_allows_amx() and native_bf16(device)
 
 
+def fast_bf16(device: torch.device) -> bool:
+    """Whether bf16 is the faster choice for inference on ``device``: CUDA with bf16, a CPU with AMX
+    (``amx_bf16``), or an AMD CPU with native AVX512-BF16.
+
+    On AMD CPUs torch's fp32 GEMMs (MKL) run MKL's AVX2 kernels even where the CPU has AVX-512, while
+    bf16 goes through oneDNN at full width: on an AMD EPYC with AVX512-BF16, 1 thread, the HPO default
+    ran 401.4 abstracts per CPU second in bf16 against 221.1 in fp32, each with its KB encoded at that
+    precision, with the same GSC+ dev links and NCBI-disease dev Acc@1
+    (``benchmarks/results/encoder_precision_native.json``). An Intel CPU with AVX512-BF16 but no AMX computes bf16 natively, yet
+    at half fp32's speed: on such a Xeon (``benchmarks/pipeline_profile.py``) bf16 made the encoder
+    and the transformer NER slower than fp32, so ``auto`` keeps fp32 there. An AVX2-only CPU has no
+    native bf16 at all: emulated, a bf16 matmul ran at a fifth of fp32's speed
+    (``benchmarks/isa_emulation.py``).
+    """
+    if device.type != "cpu":
+        return native_bf16(device)
+    from .machine import cpu_vendor
+
+    return amx_bf16(device) or (cpu_vendor() == "AuthenticAMD" and native_bf16(device))
+
+
 def resolve_precision(precision: str, device: torch.device, training: bool = False) -> str:
     """The one precision rule, for encoding and (``training``) for the trainer's autocast.
 
-    Encoding: ``auto`` is bf16 where it is faster than fp32 (``fast_bf16``: CUDA, or a CPU with AMX),
-    else fp32. Measured on an AMX CPU (``benchmarks/speed.py``): bf16 encodes faster than fp32 with
+    Encoding: ``auto`` is bf16 where it is faster than fp32 (``fast_bf16``: CUDA, a CPU with AMX, or an
+    AMD CPU with AVX512-BF16), else fp32. Measured on an AMX CPU (``benchmarks/speed.py``): bf16 encodes faster than fp32 with
     the same NCBI-disease Acc@1 and a top-5 overlap near 1; int8 (torch or ONNX Runtime) costs
     accuracy, so it is never chosen automatically, not even on an AVX2-only CPU where it is the one
     faster choice (``benchmarks/results/encoder_precision_avx2.json``: the HPO default 1.52x the abstracts
     per CPU second, GSC+ dev link F1 0.607 -> 0.602; a user opts in with the linker's ``precision``).
     Such a CPU has no native bf16 (``native_bf16``), so ``auto`` is fp32 there. Training: ``auto`` is the authors' ``--amp`` (fp16 autocast with loss scaling)
-    on CUDA; on the CPU bf16 autocast where ``fast_bf16`` holds (AMX), else fp32: self-alignment with bf16
-    autocast ran at 1.7x fp32's pairs/s on an AMX Xeon, and slower than fp32 on one with AVX512-BF16 but no AMX.
+    on CUDA; on the CPU bf16 autocast with AMX (``amx_bf16``), else fp32: self-alignment with bf16
+    autocast ran at 1.7x fp32's pairs/s on an AMX Xeon, and slower than fp32 on one with AVX512-BF16 but no AMX
+    (AMD CPUs with AVX512-BF16 keep fp32 for training: not measured there).
     fp16 needs CUDA, and int8 is for encoding only.
     """
     allowed = TRAINING_PRECISIONS if training else PRECISIONS
     if precision not in allowed:
         raise ValueError(f"precision must be one of {allowed}, got {precision!r}")
     if precision == "auto":
-        if training and device.type == "cuda":
-            return "fp16"
+        if training:
+            return "fp16" if device.type == "cuda" else "bf16" if amx_bf16(device) else "fp32"
         return "bf16" if fast_bf16(device) else "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ValueError("fp16 autocast needs CUDA; use bf16 on the CPU")

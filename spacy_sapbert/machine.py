@@ -5,15 +5,16 @@ thing everywhere.
 """
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
 import resource
 import sys
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Set, Tuple
 
 # CPU flags that decide which precision its matrix kernels run fastest in (bf16 is fast with AMX, slow
-# with AVX512-BF16 alone: ``encoder.fast_bf16``), in the order a description lists them. CPUs of one
+# with AVX512-BF16 alone on Intel: ``encoder.fast_bf16``), in the order a description lists them. CPUs of one
 # model name ("Intel(R) Xeon(R) Processor") differ in these, so every record names them.
 MATRIX_FLAGS = {"amx_tile": "AMX", "avx512_bf16": "AVX512-BF16", "avx512_vnni": "AVX512-VNNI", "avx512f": "AVX-512", "avx2": "AVX2"}
 
@@ -37,10 +38,8 @@ ISA_ENVIRONMENTS: Dict[str, Dict[str, str]] = {
 ISA_VARIABLES = tuple(dict.fromkeys(k for env in ISA_ENVIRONMENTS.values() for k in env))
 
 
-def machine_description(cpuinfo: str = "/proc/cpuinfo") -> Dict[str, object]:
-    """CPU vendor, model (with its ``MATRIX_FLAGS``) and core count, read from the machine the numbers
-    were measured on, and the instruction set its numeric libraries were let use (``effective_isa``):
-    ``cpu`` ends in "run as AVX2" under an emulation."""
+def read_cpuinfo(cpuinfo: str = "/proc/cpuinfo") -> Tuple[Optional[str], Optional[Set[str]], Optional[str]]:
+    """The first CPU's model name, flags and vendor id in ``cpuinfo`` (None where it cannot be read)."""
     model, flags, vendor = None, None, None
     try:
         with open(cpuinfo, encoding="utf8") as f:
@@ -51,8 +50,25 @@ def machine_description(cpuinfo: str = "/proc/cpuinfo") -> Dict[str, object]:
                     flags = set(line.split(":", 1)[1].split())
                 elif line.startswith("vendor_id") and vendor is None:
                     vendor = line.split(":", 1)[1].strip()
+                if model and flags and vendor:
+                    break
     except OSError:
         pass
+    return model, flags, vendor
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_vendor() -> Optional[str]:
+    """The CPU's vendor id ("GenuineIntel", "AuthenticAMD"; None where /proc/cpuinfo is absent). The
+    precision rule asks it at every search (``encoder.fast_bf16``), and it cannot change while a process runs."""
+    return read_cpuinfo()[2]
+
+
+def machine_description(cpuinfo: str = "/proc/cpuinfo") -> Dict[str, object]:
+    """CPU vendor, model (with its ``MATRIX_FLAGS``) and core count, read from the machine the numbers
+    were measured on, and the instruction set its numeric libraries were let use (``effective_isa``):
+    ``cpu`` ends in "run as AVX2" under an emulation."""
+    model, flags, vendor = read_cpuinfo(cpuinfo)
     model = model or platform.processor() or platform.machine()
     features = [name for flag, name in MATRIX_FLAGS.items() if flag in (flags or ())]
     shown = features + ["no AMX"] if features and "AMX" not in features else features

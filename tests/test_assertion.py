@@ -298,7 +298,8 @@ def test_unprocessed_spans_read_none(nlp):
 
 
 def test_long_document_is_linear(nlp):
-    """200k characters, thousands of spans, one line without punctuation too: a few seconds."""
+    """200k characters, thousands of spans, one line without punctuation too: a few seconds on a quiet
+    machine; the bound is loose (a loaded 2-core machine took 18 s), since a scan per span would take hours."""
     sentence = ("PAST MEDICAL HISTORY: Hypertension. The patient denies fever, chills or cough but has "
                 "headache. Return if you develop chest pain. Mother had breast cancer. ")
     text = sentence * (200_000 // len(sentence) + 1)
@@ -309,7 +310,7 @@ def test_long_document_is_linear(nlp):
     nlp.get_pipe("sapbert_context")(doc)
     seconds = time.perf_counter() - t0
     assert len(text) >= 200_000 and len(doc.ents) > 5000
-    assert seconds < 5, seconds
+    assert seconds < 60, seconds
     by_text = {e.text: e._.assertion for e in doc.ents[-5:]}
     assert by_text == {"fever": "absent", "cough": "absent", "headache": "historical", "pain": "hypothetical",
                        "cancer": "other"}
@@ -319,7 +320,7 @@ def test_long_document_is_linear(nlp):
     assert len(flat.ents) == 50_000
     t0 = time.perf_counter()
     nlp.get_pipe("sapbert_context")(flat)
-    assert time.perf_counter() - t0 < 5
+    assert time.perf_counter() - t0 < 60
     assert flat.ents[0]._.negated is True and flat.ents[-1]._.negated is True
 
 

@@ -131,11 +131,11 @@ def test_auto_precision_is_bf16_only_where_it_is_faster(tiny_bert_path, monkeypa
 
 
 def test_training_auto_precision_is_bf16_on_a_cpu_only_where_it_is_faster(monkeypatch):
-    """The trainer's autocast follows the encoder's rule on the CPU (bf16 only with AMX), and is the
-    authors' fp16 on CUDA; an explicit choice is kept."""
+    """The trainer's autocast is bf16 on the CPU only with AMX, and the authors' fp16 on CUDA; an
+    explicit choice is kept."""
     cpu = torch.device("cpu")
     for fast, expected in ((True, "bf16"), (False, "fp32")):
-        monkeypatch.setattr(encoder_module, "fast_bf16", lambda device, fast=fast: fast)
+        monkeypatch.setattr(encoder_module, "amx_bf16", lambda device, fast=fast: fast)
         assert resolve_precision("auto", cpu, training=True) == expected
         assert resolve_precision("bf16", cpu, training=True) == "bf16"
     assert resolve_precision("auto", torch.device("cuda"), training=True) == "fp16"
@@ -145,13 +145,25 @@ def test_training_auto_precision_is_bf16_on_a_cpu_only_where_it_is_faster(monkey
         resolve_precision("int8", cpu, training=True)
 
 
-def test_bf16_counts_as_faster_on_a_cpu_only_with_amx(monkeypatch):
-    """AVX512-BF16 without AMX computes bf16 natively, yet slower than fp32: fp32 stays the choice there."""
+def test_bf16_counts_as_faster_with_amx_or_on_amd(monkeypatch):
+    """On Intel, AVX512-BF16 without AMX computes bf16 natively, yet slower than fp32: fp32 stays the
+    choice there. On AMD, MKL's fp32 GEMMs run AVX2 kernels while oneDNN's bf16 runs at full width:
+    bf16 is the choice for inference wherever it is native; training keeps fp32 without AMX."""
+    from spacy_sapbert import machine
+
     cpu = torch.device("cpu")
-    for amx, native, expected in ((True, True, True), (False, True, False), (True, False, False)):
+    cases = (
+        ("GenuineIntel", True, True, True), ("GenuineIntel", False, True, False), ("GenuineIntel", True, False, False),
+        ("AuthenticAMD", False, True, True), ("AuthenticAMD", False, False, False), (None, False, True, False),
+    )
+    for vendor, amx, native, expected in cases:
+        monkeypatch.setattr(machine, "cpu_vendor", lambda vendor=vendor: vendor)
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx, raising=False)
         monkeypatch.setattr(encoder_module, "native_bf16", lambda device, native=native: native)
-        assert encoder_module.fast_bf16(cpu) is expected
+        assert encoder_module.fast_bf16(cpu) is expected, (vendor, amx, native)
+        assert resolve_precision("auto", cpu) == ("bf16" if expected else "fp32")
+        assert resolve_precision("auto", cpu, training=True) == ("bf16" if amx and native else "fp32")
+    monkeypatch.setattr(machine, "cpu_vendor", lambda: "GenuineIntel")
     monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported", raising=False)  # a torch that cannot tell
     assert encoder_module.fast_bf16(cpu) is False
 
@@ -159,9 +171,11 @@ def test_bf16_counts_as_faster_on_a_cpu_only_with_amx(monkeypatch):
 def test_bf16_is_not_faster_where_onednn_is_capped_below_amx(monkeypatch):
     """``--isa avx512`` or ``avx2`` (ONEDNN_MAX_CPU_ISA) on an AMX CPU: oneDNN may not use the tiles
     that torch's CPU check still sees, so ``auto`` keeps fp32 as that CPU would."""
+    from spacy_sapbert import machine
     from spacy_sapbert.machine import ISA_ENVIRONMENTS
 
     cpu = torch.device("cpu")
+    monkeypatch.setattr(machine, "cpu_vendor", lambda: "GenuineIntel")  # an Intel AMX CPU (AMD: the test above)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
     monkeypatch.setattr(encoder_module, "native_bf16", lambda device: True)
     for cap, expected in ((None, True), ("AVX512_CORE_AMX", True), (ISA_ENVIRONMENTS["avx512"]["ONEDNN_MAX_CPU_ISA"], False),
@@ -620,7 +634,7 @@ def test_ivf_lists_assigned_with_torch_match_faiss_own_add(kind):
 def test_auto_kind_is_exact_up_to_a_million_names_then_ivf_with_a_probed_eighth():
     from spacy_sapbert.index import auto_index_kind, default_nprobe
 
-    assert auto_index_kind(1_000_000) == "flat" and auto_index_kind(1_000_001) == "ivf-pq"
+    assert auto_index_kind(1_000_000) == "flat" and auto_index_kind(1_000_001) == "ivf-rabitq"
     assert default_nprobe(3916) == 489 and default_nprobe(100) == 32 and default_nprobe(10) == 10
     index = VectorIndex.build(_unit_vectors(4000, 16, seed=9), kind="ivf-fp16")
     assert index.meta["nprobe"] == default_nprobe(faiss_nlist(index))
