@@ -118,11 +118,21 @@ def build_kb(
              "and MEDIC; or a JSON file written by python -m training.mine_word_variants), listed in the KB's generated_names.json",
     ),
     max_variants: Optional[int] = typer.Option(None, help="With --word-variants: generated names per real name (default 3)"),
+    work_dir: Optional[Path] = typer.Option(
+        None, "--work-dir", help="Where the build keeps its stages (KB tables, encoded chunks, index) until it is done "
+                                 "(default: OUTPUT.partial); a rerun verifies finished stages by their checksums and skips them",
+    ),
+    encode_part_of: Optional[str] = typer.Option(
+        None, "--encode-part", help="I/N: only encode chunks I, I+N, I+2N, … of the names into --work-dir, then stop: one of N "
+                                    "processes or machines sharing the encoding. Then run build-kb without it to finish",
+    ),
+    keep_work: bool = typer.Option(False, "--keep-work", help="Keep --work-dir after success, so that a later run redoes only the stages whose input changed"),
 ) -> None:
-    """Read an ontology, encode every name and write KB + index (resumable after a crash)."""
-    from .build import build_kb_folder
+    """Read an ontology, encode every name and write KB + index, in stages that a rerun resumes (after a crash or kill)."""
+    from .build import SourceOptions, build_kb_folder, encode_part, source_key, work_path
     from .encoder import SapEncoder
     from .kb import UnknownPriorError, read_priors
+    from .machine import peak_rss_mb
     from .ontologies import reader_for
 
     fmt = _guess_format(source) if fmt == "auto" else fmt
@@ -138,16 +148,37 @@ def build_kb(
         variant_table = load_table(SHIPPED_TABLE if word_variants == "shipped" else word_variants)
         variant_options = {**DEFAULT_OPTIONS, **({"max_variants": max_variants} if max_variants is not None else {})}
     t0 = time.perf_counter()
+    weight_of = {cid: w for cid, (w, _) in weights.items()} if priors else None
+    sources = SourceOptions(on_duplicate, strip_punctuation, weight_of, variant_table, variant_options, f"{source} ({fmt})",
+                            key=source_key(source, fmt, reader, lenient, priors))  # a rerun reuses the KB stage for these bytes only
+    load = lambda: SapEncoder.load(encoder, precision=precision)  # noqa: E731 - loaded once the KB has names
     try:
-        build_kb_folder(  # locked, resumable, atomic; refuses a source with no names
-            reader(source, **options), lambda: SapEncoder.load(encoder, precision=precision), output, index_kind=index,
-            batch_size=batch_size, on_duplicate=on_duplicate, strip_punctuation=strip_punctuation,
-            source_name=f"{source} ({fmt})", priors={cid: w for cid, (w, _) in weights.items()} if priors else None,
-            neighbours=neighbours, word_variants=variant_table, variant_options=variant_options,
+        if encode_part_of is not None:
+            work = work_dir or work_path(output)
+            which, parts = _part(encode_part_of)
+            present, total = encode_part(reader(source, **options), load, work, (which, parts), batch_size=batch_size, options=sources)
+            typer.echo(f"encoded part {which}/{parts} in {time.perf_counter() - t0:.1f}s: {present} of {total} chunks are in "
+                       f"{work / 'chunks'}; once all are, run build-kb without --encode-part (same source, output, --work-dir)", err=True)
+            return
+        build_kb_folder(  # locked, resumable stage by stage, atomic; refuses a source with no names
+            reader(source, **options), load, output, index_kind=index, batch_size=batch_size, on_duplicate=on_duplicate,
+            strip_punctuation=strip_punctuation, source_name=sources.source_name, priors=weight_of, neighbours=neighbours,
+            word_variants=variant_table, variant_options=variant_options, work_dir=work_dir, source_key=sources.key, keep_work=keep_work,
         )
     except UnknownPriorError as e:
         raise InputError(priors, weights[e.concept_id][1], f"{e.concept_id!r} is not a concept of {source}") from None
-    typer.echo(f"wrote {output} in {time.perf_counter() - t0:.1f}s", err=True)
+    typer.echo(f"wrote {output} in {time.perf_counter() - t0:.1f}s (peak resident memory {peak_rss_mb():,.0f} MB)", err=True)
+
+
+def _part(text: str) -> Tuple[int, int]:
+    """``I/N`` as (I, N), with 0 <= I < N."""
+    try:
+        which, parts = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise typer.BadParameter(f"--encode-part takes I/N (e.g. 0/2), not {text!r}") from None
+    if not 0 <= which < parts:
+        raise typer.BadParameter(f"--encode-part I/N needs 0 <= I < N, got {text}")
+    return which, parts
 
 
 # The options that name the pipeline, shared by the commands that run one.

@@ -147,20 +147,10 @@ class ConceptKB:
         name_rows: Dict[str, List[int]] = {}
         display: Dict[str, str] = {}
         for n, rec in enumerate(records):
-            cid = rec.id.strip()
-            if not cid:
-                raise ValueError(f"concept record {n + 1} has an empty id")
-            bad = next((ch for ch in (SEP, "\n", "\r") if ch in cid), None)
-            if bad is not None:
-                raise ValueError(
-                    f"concept record {n + 1} has the id {cid!r} containing {bad!r}: ids must not contain "
-                    "line breaks or the unit separator \\x1f (the KB fingerprint joins ids with it)"
-                )
+            cid = checked_id(rec.id, n)
             if cid in row_of_id:
                 if on_duplicate == "error":
-                    raise DuplicateConceptError(
-                        f"duplicate concept id {cid!r} (record {n + 1}); pass on_duplicate='merge' to merge its names"
-                    )
+                    raise duplicate_id(cid, n)
                 row = row_of_id[cid]
                 concept_types[row] = list(dict.fromkeys(concept_types[row] + list(rec.types)))
                 concept_xrefs[row] = list(dict.fromkeys(concept_xrefs[row] + list(rec.xrefs)))
@@ -349,21 +339,22 @@ class ConceptKB:
         else:
             for f in (*table_files(path / "concept_parents"), path / "concept_parents.rows.npy"):
                 f.unlink(missing_ok=True)
-        write_json(
-            path / "kb.json",
-            {
-                "format": KB_FORMAT,
-                "version": KB_VERSION,
-                "lowercase": self.lowercase,
-                "strip_punctuation": self.strip_punctuation,
-                "fingerprint": self.fingerprint,
-                "priors": self.concept_priors is not None,
-                "parents": self.concept_parents is not None,
-                **self.stats(),
-            },
-        )
+        write_json(path / "kb.json", self.disk_meta())
         for name in V1_FILES:
             (path / name).unlink(missing_ok=True)
+
+    def disk_meta(self) -> Dict[str, object]:
+        """What ``kb.json`` records: format, settings, fingerprint and ``stats()``."""
+        return {
+            "format": KB_FORMAT,
+            "version": KB_VERSION,
+            "lowercase": self.lowercase,
+            "strip_punctuation": self.strip_punctuation,
+            "fingerprint": self.fingerprint,
+            "priors": self.concept_priors is not None,
+            "parents": self.concept_parents is not None,
+            **self.stats(),
+        }
 
     @classmethod
     def from_disk(cls, path: Union[str, Path], mmap: bool = True) -> "ConceptKB":
@@ -458,6 +449,26 @@ class ConceptKB:
             table = getattr(self, name)
             if hasattr(table, "validate"):
                 table.validate()
+
+
+def checked_id(raw: str, n: int) -> str:
+    """The id of concept record ``n`` (0-based), stripped; refused when empty or holding a line break
+    or the unit separator (the fingerprint joins ids with it)."""
+    cid = raw.strip()
+    if not cid:
+        raise ValueError(f"concept record {n + 1} has an empty id")
+    bad = next((ch for ch in (SEP, "\n", "\r") if ch in cid), None)
+    if bad is not None:
+        raise ValueError(
+            f"concept record {n + 1} has the id {cid!r} containing {bad!r}: ids must not contain "
+            "line breaks or the unit separator \\x1f (the KB fingerprint joins ids with it)"
+        )
+    return cid
+
+
+def duplicate_id(cid: str, n: int) -> DuplicateConceptError:
+    """The error for concept record ``n`` (0-based) repeating the id ``cid``."""
+    return DuplicateConceptError(f"duplicate concept id {cid!r} (record {n + 1}); pass on_duplicate='merge' to merge its names")
 
 
 def _prior_array(priors: Mapping[str, float], row_of_id: Mapping[str, int]) -> np.ndarray:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from spacy_sapbert.build import BuildLockedError, build_kb_folder, lock_path, work_path
+from spacy_sapbert.build import SPOT_CHECK_NAMES, BuildLockedError, build_kb_folder, lock_path, work_path
 from spacy_sapbert.cli import app
 from spacy_sapbert.records import ConceptRecord, InputError
 from spacy_sapbert.search import LinkingKB
@@ -162,10 +162,11 @@ def test_a_killed_build_resumes_from_its_work_folder(tmp_path, tiny_encoder, mon
     monkeypatch.setattr(tiny_encoder, "encode", failing)
     with pytest.raises(KeyboardInterrupt):
         build_kb_folder(recs, tiny_encoder, out, index_kind="flat", progress=False, chunk_size=20)
-    assert len(list(work_path(out).glob("chunk_*.npy"))) == 2 and not out.exists()
+    assert len(list((work_path(out) / "chunks").glob("chunk_*.npy"))) == 2 and not out.exists()
     calls.clear()
     build_kb_folder(recs, tiny_encoder, out, index_kind="flat", progress=False, chunk_size=20)
-    assert len(calls) == 1  # only the missing chunk is encoded again
+    # only the missing chunk is encoded again, then a sample of names to check the chunks it found
+    assert calls == [20, SPOT_CHECK_NAMES if SPOT_CHECK_NAMES < 60 else 60]
     assert not work_path(out).exists() and LinkingKB.from_disk(out).kb.n_names == 60
 
 

@@ -72,7 +72,7 @@ class ToyIndex(VectorIndex):
         return len(self.vectors)
 
 
-BUILT_IN = ("flat", "flat-fp16", "sq8", "hnsw", "ivf-sq8", "ivf-fp16", "ivf-pq")
+BUILT_IN = ("flat", "flat-fp16", "sq8", "hnsw", "ivf-sq8", "ivf-fp16", "ivf-pq", "ivf-rabitq")
 TABLE = (
     "concept_id\tcanonical_name\taliases\ttypes\n"
     "HP:1\tSeizure\tConvulsion|Fits\tT184\n"
@@ -137,7 +137,8 @@ def test_every_registered_kind_round_trips(kind, tmp_path):
 def test_auto_asks_the_registry_and_says_why(monkeypatch):
     kind, why = choose_kind(72_000)
     assert kind == "flat" and why.startswith("auto: 72,000 names, flat for up to 1,000,000 names")
-    assert choose_kind(1_000_001)[0] == "ivf-pq"
+    kind, why = choose_kind(1_000_001)
+    assert kind == "ivf-rabitq" and why.startswith("auto: 1,000,001 names, ivf-rabitq for over 1,000,000 names: RaBitQ codes")
     built = VectorIndex.build(_unit_vectors(20, 8, seed=3))
     assert built.meta["auto"].startswith("auto: 20 names, flat") and "; auto: 20 names" in built.describe()
     assert "auto" not in VectorIndex.build(_unit_vectors(20, 8, seed=3), kind="flat").meta  # named: nothing to explain

@@ -11,11 +11,12 @@ from typing import Any, ClassVar, Optional, Sequence
 import numpy as np
 
 from ..registries import index_kinds
-from .faiss_base import FaissIndex
+from .faiss_base import FaissIndex, nearest_centroids
 
 
-def spherical_kmeans(vectors: np.ndarray, k: int, iterations: int = 10, seed: int = 0) -> np.ndarray:
-    """Unit-length centroids of ``vectors`` by cosine k-means, with torch matrix products.
+def spherical_kmeans(vectors: np.ndarray, k: int, iterations: int = 10, seed: int = 0, bf16: bool = False) -> np.ndarray:
+    """Unit-length centroids of ``vectors`` by cosine k-means, with torch matrix products
+    (``nearest_centroids``; ``bf16``: in bfloat16 there).
 
     FAISS' own k-means trains the same IVF coarse quantizer, but through the faiss-cpu wheel's
     BLAS, about 10x slower than torch on the CPUs measured (``benchmarks/flat_search.py``);
@@ -27,9 +28,8 @@ def spherical_kmeans(vectors: np.ndarray, k: int, iterations: int = 10, seed: in
     k = min(k, len(x))
     gen = torch.Generator().manual_seed(seed)
     centroids = x[torch.randperm(len(x), generator=gen)[:k]].clone()
-    block = max(1, int(5e7 // k))
     for _ in range(iterations):
-        assign = torch.cat([torch.argmax(x[i : i + block] @ centroids.T, dim=1) for i in range(0, len(x), block)])
+        assign = nearest_centroids(x, centroids, bf16)
         sums = torch.zeros_like(centroids).index_add_(0, assign, x)
         counts = torch.bincount(assign, minlength=k)
         empty = counts == 0  # re-seed empty clusters with random points

@@ -1,6 +1,8 @@
 """``ivf-pq``: IVF lists of product-quantized codes (1/16 of float32), whose candidates are re-scored
-from an fp16 copy of the vectors (``rerank.fp16.npy``), read row by row (``NpyRows``): ``auto``'s
-kind beyond a million names.
+from an fp16 copy of the vectors (``rerank.fp16.npy``), read row by row (``NpyRows``). It was
+``auto``'s kind beyond a million names until ``ivf-rabitq`` (``ivf_rabitq.py``): at 7.5M names it
+reached recall@5 0.99 only by probing thousands of lists, and fp16 re-scoring caps what any
+shortlist can reach (``benchmarks/umls_scale.py``).
 
 Chosen on ``benchmarks/umls_scale.py`` and ``benchmarks/pq_rerank.py`` (958,846 real name vectors,
 1 thread): ``ivf-fp16`` reached the same recall@5 (0.99 with an eighth of the lists probed) but its
@@ -23,6 +25,7 @@ from .ivf import IvfIndex
 RERANK_FILE = "rerank.fp16.npy"  # ivf-pq's full vectors, read row by row (NpyRows) for candidates only
 RERANK_CANDIDATES = 64  # PQ candidates re-scored per query (recall stopped rising past 64 at 958k names)
 RERANK_CHOICES = (64, 128, 256)  # depths tune_nprobe may pick when more names crowd PQ's ranking
+RERANK_DTYPES = {"fp16": np.float16, "fp32": np.float32}  # a re-scoring file's precision, as the meta records it
 
 
 class NpyRows:
@@ -31,7 +34,9 @@ class NpyRows:
     A memory map would read the same bytes, but every page a search touches (and the neighbours
     the kernel maps in with it) then counts as the process's resident memory: at 7.5M names,
     2,000 queries' re-scoring reads mapped in nearly all of a 5.8 GB file. Reads go through the
-    page cache either way; only what the process itself holds differs.
+    page cache either way; only what the process itself holds differs. The file is read without
+    read-ahead (``POSIX_FADV_RANDOM``), so the page cache holds the pages searches read, not their
+    neighbours too.
     """
 
     def __init__(self, path: Union[str, Path]):
@@ -47,6 +52,8 @@ class NpyRows:
         self.row_bytes = shape[1] * self.dtype.itemsize
         self._stamp = file_stamp(self.path)
         self._file = open(self.path, "rb", buffering=0)
+        if hasattr(os, "posix_fadvise"):  # no read-ahead: a row is one page or two, and its neighbours are not wanted
+            os.posix_fadvise(self._file.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
 
     def __getstate__(self) -> dict:  # an open file does not pickle: the path does
         return {"stamp": self._stamp}
@@ -86,8 +93,8 @@ class IvfPqIndex(IvfIndex):
     exactly from the full vectors (``rerank``: the build's chunks, or the file read by row)."""
 
     faiss_class = "IndexIVFPQ"
-    auto_names: ClassVar[Optional[Tuple[int, Optional[int]]]] = (1_000_001, None)
-    auto_reason = "PQ codes (dim/4 bytes a name) in mapped lists, candidates re-scored from a mapped fp16 file"
+    rerank_file: ClassVar[str] = RERANK_FILE  # the re-scoring rows' file and its precision (``RERANK_DTYPES``)
+    rerank_precision: ClassVar[str] = "fp16"
 
     def __init__(self, index, meta: Dict[str, object], rerank: Optional[Sequence[np.ndarray]] = None):
         super().__init__(index, meta)
@@ -101,7 +108,7 @@ class IvfPqIndex(IvfIndex):
     def create(cls, kind: str, chunks: Sequence[np.ndarray], dim: int, n: int, seed: int = 0,
                nprobe: Optional[int] = None) -> "IvfPqIndex":
         created = super().create(kind, chunks, dim, n, seed=seed, nprobe=nprobe)
-        created.meta.update(rerank="fp16", rerank_candidates=RERANK_CANDIDATES)
+        created.meta.update(rerank=cls.rerank_precision, rerank_candidates=RERANK_CANDIDATES)
         created.rerank = []  # type: ignore[attr-defined]
         return created  # type: ignore[return-value]
 
@@ -154,13 +161,13 @@ class IvfPqIndex(IvfIndex):
     def save_files(self, path: Path) -> None:
         super().save_files(path)
         if self.rerank is not None:
-            self._write_rerank(path / RERANK_FILE)
+            self._write_rerank(path / self.rerank_file)
 
     def _write_rerank(self, target: Path) -> None:
-        """The re-scoring vectors as one fp16 ``.npy``, streamed chunk by chunk, then renamed."""
+        """The re-scoring vectors as one ``.npy`` (of ``rerank_precision``), streamed chunk by chunk, then renamed."""
         assert self.rerank is not None
         with atomic_path(target) as tmp:
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(len(self), self.dim))
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=RERANK_DTYPES[self.rerank_precision], shape=(len(self), self.dim))
             start, block = 0, 65536
             for chunk in self.rerank:  # arrays or NpyRows, a block at a time
                 for at in range(0, len(chunk), block):
@@ -175,10 +182,13 @@ class IvfPqIndex(IvfIndex):
         """The codes, and the re-scoring vectors read by row (``NpyRows``) where ``mmap``."""
         loaded = super().load(path, meta, mmap)
         if meta.get("rerank"):
-            if not (path / RERANK_FILE).is_file():
-                raise FileNotFoundError(f"{path} has no {RERANK_FILE}, which its {INDEX_META} says it re-scores with")
-            vectors = NpyRows(path / RERANK_FILE) if mmap else np.load(path / RERANK_FILE, allow_pickle=False)
+            found = path / cls.rerank_file
+            if not found.is_file():
+                raise FileNotFoundError(f"{path} has no {cls.rerank_file}, which its {INDEX_META} says it re-scores with")
+            vectors = NpyRows(found) if mmap else np.load(found, allow_pickle=False)
             if vectors.shape != (len(loaded), loaded.dim):
-                raise ValueError(f"{path}/{RERANK_FILE} has shape {vectors.shape}, expected ({len(loaded)}, {loaded.dim}): rebuild the index")
+                raise ValueError(f"{found} has shape {vectors.shape}, expected ({len(loaded)}, {loaded.dim}): rebuild the index")
+            if vectors.dtype != RERANK_DTYPES[cls.rerank_precision]:
+                raise ValueError(f"{found} holds {vectors.dtype}, expected {np.dtype(RERANK_DTYPES[cls.rerank_precision])}: rebuild the index")
             loaded.rerank = [vectors]  # type: ignore[attr-defined]
         return loaded  # type: ignore[return-value]

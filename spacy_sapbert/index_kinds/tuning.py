@@ -3,7 +3,7 @@ chunks), recall@k, and the smallest IVF ``nprobe`` / HNSW ``efSearch`` reaching 
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -56,18 +56,33 @@ def tune_nprobe(
         choices = [p for p in (2**i for i in range(3, 17)) if p < nlist] + [nlist]
     if getattr(index, "rerank", None) is None:
         return _smallest_reaching(index.set_nprobe, lambda: index.search(queries, exact.shape[1])[1], exact, target, choices)
+    return _smallest_reaching(index.set_nprobe, lambda: _best_depth(index, queries, exact, target), exact, target, choices)
 
-    def best_depth() -> np.ndarray:
-        k = exact.shape[1]
-        ranked = index._code_search(queries, max(RERANK_CHOICES))[1]  # type: ignore[attr-defined]  # one PQ pass serves every depth
-        for depth in RERANK_CHOICES:
-            rows = index._rescore(queries, ranked[:, :depth], k)[1]  # type: ignore[attr-defined]
-            if recall_at_k(rows, exact) >= target:
-                break
-        index.meta["rerank_candidates"] = depth
-        return rows
 
-    return _smallest_reaching(index.set_nprobe, best_depth, exact, target, choices)
+def tune_probe_margin(
+    index: VectorIndex, queries: np.ndarray, exact: np.ndarray, target: float = 0.99, choices: Optional[Sequence[float]] = None
+) -> Tuple[float, float]:
+    """``tune_nprobe`` for ``ivf-rabitq``: the smallest ``probe_margin`` (how far below a query's best
+    centroid score a list is still probed) whose recall@k reaches ``target``, with the smallest
+    re-scoring depth reaching it there; both are set on the index."""
+    from .ivf_rabitq import PROBE_MARGINS
+
+    return _smallest_reaching(
+        index.set_probe_margin, lambda: _best_depth(index, queries, exact, target), exact, target, choices or PROBE_MARGINS,  # type: ignore[attr-defined]
+    )
+
+
+def _best_depth(index: VectorIndex, queries: np.ndarray, exact: np.ndarray, target: float) -> np.ndarray:
+    """The smallest re-scoring depth (the index's ``rerank_choices``, else ``RERANK_CHOICES``) whose re-scored rows reach ``target`` recall
+    (else the deepest), set as ``rerank_candidates``; its rows. One pass over the codes serves every depth."""
+    k, choices = exact.shape[1], getattr(index, "rerank_choices", RERANK_CHOICES)
+    ranked = index._code_search(queries, max(choices))[1]  # type: ignore[attr-defined]
+    for depth in choices:
+        rows = index._rescore(queries, ranked[:, :depth], k)  # type: ignore[attr-defined]
+        if recall_at_k(rows[1], exact) >= target:
+            break
+    index.meta["rerank_candidates"] = depth
+    return rows[1]
 
 
 def tune_ef_search(
@@ -79,9 +94,9 @@ def tune_ef_search(
 
 
 def _smallest_reaching(
-    setter: Callable[[int], None], search: Callable[[], np.ndarray], exact: np.ndarray, target: float,
-    choices: Sequence[int], plateau: float = 0.001,
-) -> Tuple[int, float]:
+    setter: Callable[[Any], None], search: Callable[[], np.ndarray], exact: np.ndarray, target: float,
+    choices: Sequence[Any], plateau: float = 0.001,
+) -> Tuple[Any, float]:
     """The first of ``choices`` whose search reaches ``target`` recall. Short of it, the search stops
     where the next choice gains less than ``plateau`` (wider searches cost more and add nothing:
     at millions of names the last choices would take tens of minutes each) and keeps the last."""

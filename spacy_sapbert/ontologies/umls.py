@@ -84,6 +84,21 @@ def _find(folder: Path, name: str) -> Optional[Path]:
     return None
 
 
+def _mrconso(path: Path) -> Path:
+    """MRCONSO.RRF (or .gz) given the file itself or its ``META`` folder."""
+    mrconso = _find(path, "MRCONSO.RRF") if path.is_dir() else path
+    if mrconso is None or not mrconso.exists():
+        raise FileNotFoundError(f"{path}: no MRCONSO.RRF here")
+    return mrconso
+
+
+def input_files(path: PathLike) -> List[Path]:
+    """The files ``read_umls`` reads for ``path``: MRCONSO.RRF and, beside it, MRSTY.RRF and
+    MRREL.RRF where present (a resumed build checks that none of them changed)."""
+    mrconso = _mrconso(Path(path))
+    return [mrconso] + [f for f in (_find(mrconso.parent, "MRSTY.RRF"), _find(mrconso.parent, "MRREL.RRF")) if f is not None]
+
+
 def read_umls(
     path: PathLike,
     languages: Optional[Collection[str]] = ("ENG",),
@@ -109,9 +124,7 @@ def read_umls(
     skipped and counted with ``lenient=True``.
     """
     path = Path(path)
-    mrconso = (_find(path, "MRCONSO.RRF") if path.is_dir() else path)
-    if mrconso is None or not mrconso.exists():
-        raise FileNotFoundError(f"{path}: no MRCONSO.RRF here")
+    mrconso = _mrconso(path)
     folder = mrconso.parent
     summary = make_summary(mrconso, summary)
     languages_set = set(languages) if languages else None
@@ -180,3 +193,6 @@ def read_umls(
     if rows:
         yield build(cui, rows)  # type: ignore[arg-type]
     summary.report()
+
+
+read_umls.input_files = input_files  # type: ignore[attr-defined]  # what build-kb's resumable KB stage checks
