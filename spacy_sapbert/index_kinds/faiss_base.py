@@ -59,7 +59,10 @@ def _add(index: Any, vectors: np.ndarray, bf16: bool = False) -> None:
     import torch
 
     centroids = torch.from_numpy(index.quantizer.reconstruct_n(0, index.nlist))
-    assign = nearest_centroids(torch.from_numpy(vectors), centroids, bf16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # a read-only memory-mapped chunk: never written
+        x = torch.from_numpy(vectors)
+    assign = nearest_centroids(x, centroids, bf16)
     lists = np.ascontiguousarray(assign.numpy(), dtype=np.int64)
     index.add_core(len(vectors), faiss.swig_ptr(vectors), None, faiss.swig_ptr(lists))
 
