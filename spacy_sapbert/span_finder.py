@@ -34,6 +34,7 @@ from .span_proposals import COORDINATORS, NameIndex, Proposal, propose
 from .variant_proposals import VariantMatcher, variant_matcher
 
 RESOLVE_MODES = ("longest", "best", "all")
+ProposalTuple = Tuple[int, int, str]  # a ``Proposal``'s start, end and kind
 COORDINATOR_IDS = frozenset(get_string_id(w) for w in COORDINATORS)  # as ``Doc.to_array(LOWER)`` gives them
 # Which spans inside a longer accepted one the span group keeps with ``resolve="all"``: every one;
 # only those inside a coordination ("plantar pits" in "palmar and plantar pits"), the nested
@@ -55,6 +56,16 @@ def resolve_overlaps(spans: Sequence[Tuple[Span, float]], mode: str) -> List[Spa
             kept.append(span)
             taken.update(range(span.start, span.end))
     return sorted(kept, key=lambda s: s.start)
+
+
+def char_bounds(doc: Doc) -> Tuple[List[int], List[int]]:
+    """Each token's first character offset and the offset after its last, as two flat lists. Not a
+    list per token: a batch's ~30k small lists live through the encoder's calls, and the garbage
+    collector's full passes over them cost more than proposing did."""
+    if not len(doc):
+        return [], []
+    starts, lengths = doc.to_array([IDX, LENGTH]).T
+    return starts.tolist(), (starts + lengths).tolist()
 
 
 # The span finder's cut-offs were once all called thresholds (as is the linker's NIL cut): the old
@@ -284,25 +295,27 @@ class SpanFinder(ConfigOnlyPipe):
         """
         texts = [doc.text for doc in docs]
         expanders = [abbreviation_expander(find_abbreviations(text) if self.abbreviations else {}) for text in texts]
-        proposals = [self.proposals(doc, text) for doc, text in zip(docs, texts)]
+        # each proposal as a plain (start, end, kind) tuple, which the garbage collector stops tracking: a batch's
+        # thousands of Proposal objects live through the encoder's calls, and its full passes cost more than proposing
+        proposals = [[(p.start, p.end, p.kind) for p in self.proposals(doc, text)] for doc, text in zip(docs, texts)]
         minimum = {"exact": self.min_exact_score, "coordinated": self.min_exact_score, "partial": self.min_partial_score,
                    "modified": self.min_modified_score, "variant": self.min_variant_score}
         linker = self._linker()
 
-        asked: Dict[Tuple[int, Proposal], List[str]] = {}
+        asked: Dict[Tuple[int, ProposalTuple], List[str]] = {}
         by_text: Dict[Tuple[bool, str], List[str]] = {}  # a long document proposes the same words many times
-        # each token's character offset and length: a proposal's text is cut from the doc's text, no Span made
-        offsets = [doc.to_array([IDX, LENGTH]).tolist() if len(doc) else [] for doc in docs]
+        # a proposal's text is cut from the doc's text by its tokens' character offsets, no Span made
+        bounds = [char_bounds(doc) for doc in docs]
 
-        def queries(d: int, p: Proposal) -> List[str]:
+        def queries(d: int, p: ProposalTuple) -> List[str]:
             """The proposal's search string, then for a coordination its parts, as the linker
             searches them, or else its American spelling where it differs ("tumours")."""
             if (d, p) not in asked:
-                first, (last, last_length) = offsets[d][p.start][0], offsets[d][p.end - 1]
-                text = expanders[d](texts[d][first : last + last_length])
-                key = (p.kind == "coordinated", text)
+                (start, end, kind), (starts, ends) = p, bounds[d]
+                text = expanders[d](texts[d][starts[start] : ends[end - 1]])
+                key = (kind == "coordinated", text)
                 if key not in by_text:
-                    if p.kind == "coordinated":
+                    if kind == "coordinated":
                         by_text[key] = linker.search_strings(text)
                     else:
                         us = american_spelling(text)
@@ -310,34 +323,36 @@ class SpanFinder(ConfigOnlyPipe):
                 asked[d, p] = by_text[key]
             return asked[d, p]
 
-        def scored(d: int, p: Proposal, scores: Dict[str, float]) -> float:
+        def scored(d: int, p: ProposalTuple, scores: Dict[str, float]) -> float:
             """The better spelling's score; for a coordination, the whole's, or its weakest part's
             where every part matches better (the linker then keeps the parts)."""
             whole, *others = queries(d, p)
-            if p.kind != "coordinated" or not others:
+            _, _, kind = p
+            if kind != "coordinated" or not others:
                 return max(scores[q] for q in [whole, *others])
             return max(scores[whole], min(scores[q] for q in others))
 
         if self.resolve != "longest":
             scores = self._scores({q for d, props in enumerate(proposals) for p in props for q in queries(d, p)})
             return [
-                [(docs[d][p.start : p.end], score) for p in props if (score := scored(d, p, scores)) >= minimum[p.kind]]
+                [(docs[d][start:end], score) for start, end, kind in props
+                 if (score := scored(d, (start, end, kind), scores)) >= minimum[kind]]
                 for d, props in enumerate(proposals)
             ]
         keep_ents = self.set_ents and not self.spans_key
         taken = [{i for e in doc.ents for i in range(e.start, e.end)} if keep_ents else set() for doc in docs]
         found: List[List[Tuple[Span, float]]] = [[] for _ in docs]
-        for length in sorted({p.end - p.start for props in proposals for p in props}, reverse=True):
+        for length in sorted({end - start for props in proposals for start, end, _ in props}, reverse=True):
             todo = [
-                (d, p) for d, props in enumerate(proposals) for p in props
-                if p.end - p.start == length and not taken[d].intersection(range(p.start, p.end))
+                (d, (start, end, kind)) for d, props in enumerate(proposals) for start, end, kind in props
+                if end - start == length and not taken[d].intersection(range(start, end))
             ]
             scores = self._scores({q for d, p in todo for q in queries(d, p)})
             accepted = [(d, p, scored(d, p, scores)) for d, p in todo]
-            for d, p, score in sorted(accepted, key=lambda x: (-x[2], x[0], x[1].start)):
-                if score >= minimum[p.kind] and not taken[d].intersection(range(p.start, p.end)):
-                    taken[d].update(range(p.start, p.end))
-                    found[d].append((docs[d][p.start : p.end], score))
+            for d, (start, end, kind), score in sorted(accepted, key=lambda x: (-x[2], x[0], x[1][0])):  # best, then doc, start
+                if score >= minimum[kind] and not taken[d].intersection(range(start, end)):
+                    taken[d].update(range(start, end))
+                    found[d].append((docs[d][start:end], score))
         return found
 
     def _scores(self, texts: Set[str]) -> Dict[str, float]:

@@ -5,9 +5,10 @@ words nearly match a KB name's (``NameIndex``, ``propose``). No encoder here: th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set, Tuple
+from typing import Collection, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from spacy.attrs import IS_SPACE, LOWER, SENT_START, SPACY
+from spacy.attrs import LOWER, SENT_START, SPACY
+from spacy.strings import StringStore
 from spacy.tokens import Doc
 
 from .normalize import STOPWORDS, WORD, word_key
@@ -126,7 +127,7 @@ class NameIndex:
             found = self._keys[word] = word_key(word)
         return found
 
-    def token_keys(self, lower: int, strings) -> Optional[Tuple[str, ...]]:
+    def token_keys(self, lower: int, strings: StringStore) -> Optional[Tuple[str, ...]]:
         """A token's content-word keys by its lower-case string hash: ``()`` for a function word or
         punctuation a mention may contain, None for a token outside the vocabulary or any other
         function word (it ends a proposal)."""
@@ -140,6 +141,18 @@ class NameIndex:
                 keys = tuple(self.key(w) for w in WORD.findall(text))
                 self._tokens[lower] = keys if keys and all(k in self.vocab for k in keys) else None
         return self._tokens[lower]
+
+    def keys_of(self, lower: Sequence[int], strings: StringStore) -> List[Optional[Tuple[str, ...]]]:
+        """``token_keys`` of each of a doc's tokens (``lower``: their lower-case string hashes), one dict
+        look-up each once the doc's new words are worked out: a method call per token cost more than proposing."""
+        known = self._tokens
+        try:
+            return [known[h] for h in lower]
+        except KeyError:
+            for h in lower:
+                if h not in known:
+                    self.token_keys(h, strings)
+            return [known[h] for h in lower]
 
     def match(self, keys: FrozenSet[str]) -> Optional[str]:
         """How ``keys`` match a name: ``"exact"`` (same content words), ``"partial"`` (one word fewer), or None.
@@ -170,13 +183,14 @@ class TokenColumns(NamedTuple):
 
 
 def token_columns(doc: Doc, index: NameIndex) -> TokenColumns:
-    """Read from arrays, not Token objects, and kept as columns, not a tuple per token: both are slow to make."""
+    """Read from arrays, not Token objects, and kept as columns, not a tuple per token: both are slow
+    to make. A whitespace token (a line break, a second space) has no word: its keys are None, no mention spans it."""
     if not len(doc):
         return TokenColumns([], [], [], [])
-    lower, is_space, flag, space = doc.to_array([LOWER, IS_SPACE, SENT_START, SPACY]).T.tolist()
-    strings = doc.vocab.strings
-    return TokenColumns(lower, [None if blank else index.token_keys(h, strings) for h, blank in zip(lower, is_space)],
-                        [f == 1 for f in flag], [not sp for sp in space])
+    columns = doc.to_array([LOWER, SENT_START, SPACY])
+    lower = columns[:, 0].tolist()
+    return TokenColumns(lower, index.keys_of(lower, doc.vocab.strings), (columns[:, 1] == 1).tolist(),
+                        (columns[:, 2] == 0).tolist())
 
 
 def modifier_starts(tokens: TokenColumns, start: int, index: NameIndex, max_words: int) -> List[int]:
