@@ -2,7 +2,7 @@
 
     python benchmarks/speed.py --quick        # < 5 minutes once the MEDIC KB is cached
     python benchmarks/speed.py --umls-names 1000000   # adds the UMLS-scale part (benchmarks/umls_scale.py)
-    python benchmarks/speed.py --render-only --umls-result FOLDER/result.json   # adopt a umls_scale.py run
+    python benchmarks/speed.py --render-only --umls-result A/result.json --umls-result B/result.json   # adopt umls_scale.py runs
     python benchmarks/speed.py --quick --threads 2 --isa avx2 --scispacy-python /tmp/scivenv/bin/python   # as on an AVX2-only CPU
 
 Measures, with the default encoder (offline MiniLM, default precision) and the MEDIC 2012 KB:
@@ -35,7 +35,7 @@ import torch
 import typer
 from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
 from spacy.tokens import Doc, Span
-from umls_scale import KINDS, measure  # benchmarks/umls_scale.py, beside this script
+from umls_scale import KINDS, measure, render  # benchmarks/umls_scale.py, beside this script
 
 from spacy_sapbert.encoder import SapEncoder, resolve_precision
 from spacy_sapbert.evaluation.baselines import run_scispacy_worker, scispacy_entities
@@ -166,35 +166,16 @@ def set_umls_runs(results: Dict[str, object], newest: Dict[str, object], others:
 
 
 def render_umls_scale(u: Dict[str, object]) -> List[str]:
-    lines = [
+    """One UMLS-scale run's paragraph and candidates' table (``umls_scale.render``: one format for both)."""
+    return [
         "",
-        f"UMLS-scale part (`benchmarks/umls_scale.py`, run by `{u.get('command', 'benchmarks/speed.py')}`): "
-        f"{_n(u['names'])} names, {_n(u['concepts'])} concepts, "
-        f"real MiniLM vectors ({u['encoder']['precision']}); recall@5 against exact search over "  # type: ignore[index]
-        f"{_n(u['test_queries'])} real test mentions; load, memory and ms/query measured in a fresh process each, on 1 thread. "
-        "Each index is built and measured once and kept (`measured.json` in its folder under "
-        "`corpus/cache/umls-scale`; delete it to tune and measure again, and `built.json` to rebuild); `nprobe` (IVF) and "
-        f"`efSearch` (HNSW) are the smallest reaching recall {u.get('tune_target', 0.99)} on {_n(u['tune_queries'])} "
-        "train/dev mentions, or where a wider search "
-        "stopped adding recall (runs before efSearch tuning existed searched HNSW with FAISS' default, 16); "
-        "`ivf-pq` also picks how many PQ candidates it re-scores (runs before that re-scored 64).",
+        f"UMLS-scale part (`{u.get('command', 'benchmarks/speed.py')}`; real MiniLM vectors in {u['encoder']['precision']}; "  # type: ignore[index]
+        "each index built, tuned on train/dev mentions to recall@5 "
+        f"{u.get('tune_target', 0.99)}, then loaded and searched in a fresh process with its files out of the page cache; "
+        "kept under `corpus/cache/umls-scale`, `measured.json` per index: delete it to measure again, `built.json` to rebuild):",
         "",
-        "| index | build s | file MB | load s | RSS MB after load + search | ms/query | recall@5 | nprobe / efSearch |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|",
+        render(u),
     ]
-    for kind, k in u["kinds"].items():  # type: ignore[union-attr]
-        lines.append(
-            f"| {kind} | {_n(k['build_s'])} | {_n(k['file_mb'])} | {k['load_s']:.3f} | {_n(k['rss_mb'])} | "
-            f"{k['query_ms']:.2f} | {k['recall_at_5']:.4f} | {k.get('nprobe', k.get('ef_search', '–'))}"
-            + (f", re-scoring {k['rerank_candidates']} |" if "rerank_candidates" in k else " |")
-        )
-    if "load_s" in u:
-        lines += [
-            "",
-            f"Automatic choice at this size: `{u['auto_kind']}`; the whole KB folder (names, concepts, index) "
-            f"loads in {u['load_s']:.3f} s, {_n(u['rss_mb'])} MB resident after searching, recall@5 {u['recall_at_5']:.4f}.",
-        ]
-    return lines
 
 
 def render_index_studies(results: Path) -> List[str]:
@@ -286,12 +267,13 @@ def main(
     quick: bool = typer.Option(False, help="Only the linking figures (skip the UMLS-scale part)"),
     umls_names: int = typer.Option(7_500_000, help="KB size of the UMLS-scale part"),
     umls_kinds: List[str] = typer.Option(
-        list(KINDS), "--umls-kind", help="index kinds the UMLS-scale part builds (at 7.5M names: --umls-kind ivf-pq)"
+        list(KINDS), "--umls-kind", help="index kinds the UMLS-scale part builds"
     ),
     readme: Path = typer.Option(ROOT / "benchmarks" / "README.md", help="README whose SPEED block is rewritten"),
     render_only: bool = typer.Option(False, help="Only rewrite the README block from the existing --output JSON"),
-    umls_result: Optional[Path] = typer.Option(
-        None, help="Take the UMLS-scale part from this result.json of benchmarks/umls_scale.py (with --render-only)"
+    umls_result: List[Path] = typer.Option(
+        [], help="With --render-only: these result.json files of benchmarks/umls_scale.py (repeatable, the first shown "
+        "first) become the UMLS-scale part, replacing the runs stored before"
     ),
     scispacy_python: Optional[Path] = typer.Option(
         None, help="python of an environment with scispacy: adds its linker on the same KB (benchmarks/scispacy_worker.py)"
@@ -310,8 +292,9 @@ def main(
     output = output or (results_dir / "speed.json" if isa == "native" else results_dir / f"speed_{isa}.json")
     if render_only:
         results = read_json(output)
-        if umls_result is not None:  # a UMLS-scale run made by umls_scale.py itself (it records its command)
-            set_umls_runs(results, read_json(umls_result), stored_umls_runs(results))
+        if umls_result:  # runs made by umls_scale.py itself (each records its command)
+            adopted = [read_json(f) for f in umls_result]
+            set_umls_runs(results, adopted[0], adopted[1:])
             write_json(output, results)
         update_readme(readme, render_speed(results, output), block="SPEED")
         return

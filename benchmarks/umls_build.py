@@ -20,7 +20,8 @@ is 0), then once to the end. With ``--seed-chunks``, after the KB stage first fi
 7.5M names takes hours of both cores): the benchmark KB's fingerprint must be the one their
 ``state.json`` records, build-kb's own ``state.json`` must name the same encoder, precision, chunk
 size and count, and each chunk's names must have the same sha256 in both KBs; a chunk holding a
-changed name is left for build-kb to encode (which also gives its encoding rate at this size).
+changed name is left for build-kb to encode, and so are ``--own-chunks`` more, spread over the names
+(build-kb's own encoding rate at this size).
 
 Recorded per run: each stage's seconds (build-kb's own "stage X: done in" lines), whether it was
 skipped as verified, and resident memory: the process's peak (``machine.peak_rss_mb``: build-kb prints
@@ -127,7 +128,7 @@ class Run:
         self.lock = threading.Lock()
 
     def go(self) -> Dict[str, Any]:
-        t0 = time.time()
+        t0, load_before = time.time(), [round(x, 2) for x in os.getloadavg()]  # (1/5/15 min: the machine may be shared)
         proc = subprocess.Popen(self.cmd, env=self.env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=ROOT)
         sampler = threading.Thread(target=self._sample, args=(proc,), daemon=True)
         sampler.start()
@@ -138,7 +139,8 @@ class Run:
         rc = proc.wait()
         sampler.join()
         out = {"returncode": rc, "killed_in": self.killed_in, "wall_s": round(time.time() - t0, 1), "stages": self._stages(),
-               "peak_rss_mb_polled": round(self.vmhwm, 1), "log": str(self.log)}
+               "peak_rss_mb_polled": round(self.vmhwm, 1), "log": str(self.log), "load_before": load_before,
+               "load_after": [round(x, 2) for x in os.getloadavg()]}
         final = next((FINAL.search(x) for x in reversed(self.lines) if FINAL.search(x)), None)
         if final:
             out.update(build_kb_seconds=float(final[1]), peak_rss_mb=float(final[2].replace(",", "")))
@@ -229,8 +231,9 @@ def _status(pid: int) -> Dict[str, float]:
 
 
 # ---------------------------------------------------------------------------- seeding the chunks
-def link_seed_chunks(seed: Path, work: Path, info: Dict[str, Any]) -> Dict[str, Any]:
-    """Link the seed folder's chunks into ``work``/chunks where verified to be the same names' vectors."""
+def link_seed_chunks(seed: Path, work: Path, info: Dict[str, Any], own: int = 0) -> Dict[str, Any]:
+    """Link the seed folder's chunks into ``work``/chunks where verified to be the same names' vectors,
+    but for ``own`` chunks spread evenly over the names, left for build-kb to encode (its rate)."""
     from spacy_sapbert.kb import ConceptKB
 
     seed_state, build_state = read_json(seed / "state.json"), read_json(work / "chunks" / "state.json")
@@ -246,15 +249,17 @@ def link_seed_chunks(seed: Path, work: Path, info: Dict[str, Any]) -> Dict[str, 
     if problems:
         raise SystemExit("not seeding: " + "; ".join(problems))
     mine = name_digests(list(kb.names), int(build_state["chunk_size"]))
+    spread = {round(x) for x in (i * (len(mine) - 1) / max(own - 1, 1) for i in range(own))}
     linked, left = 0, []
     for i, (a, b) in enumerate(zip(info["chunk_name_sha256"], mine)):
         target = work / "chunks" / f"chunk_{i:05d}.npy"
-        if a != b:
+        if a != b or i in spread:
             left.append(i)
         elif not target.exists() and (seed / target.name).is_file():
             os.symlink((seed / target.name).resolve(), target)
             linked += 1
-    return {"seed": str(seed), "linked": linked, "left_to_build_kb": left, "chunks": len(mine),
+    return {"seed": str(seed), "linked": linked, "left_to_build_kb": left, "names_differ_in": [i for i, (a, b) in enumerate(zip(info["chunk_name_sha256"], mine)) if a != b],
+            "chunks": len(mine),
             "seed_state": seed_state, "build_state": build_state, "kb_fingerprint": kb.fingerprint}
 
 
@@ -289,6 +294,7 @@ def main(
     kill: List[str] = typer.Option([], help="STAGE:SECONDS, one run killed that long into STAGE (repeatable, in order)"),
     seed_chunks: Optional[Path] = typer.Option(None, help="umls_scale.py --encode-only chunks of the same names to link in"),
     chunk_size: int = typer.Option(50_000, help="build-kb's chunk size (the seed's)"),
+    own_chunks: int = typer.Option(0, help="With --seed-chunks: this many chunks, spread over the names, encoded by build-kb anyway"),
     redo_index: bool = typer.Option(False, help="Remove the kept index stage and run build-kb once more (index and write timed)"),
     synthetic_only: bool = typer.Option(False, hidden=True),
 ) -> None:
@@ -305,7 +311,7 @@ def main(
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     result_path = RESULTS / f"umls_build_{names}.json"
     if redo_index:
-        result = read_json(result_path)
+        result = read_json(result_path) if result_path.is_file() else {"names": info["names"]}
         for name in ("index", "write"):
             (stages_dir / name / "stage.json").unlink(missing_ok=True)
         run = Run(cmd, env, work / f"run-redo-index-{time.strftime('%Y%m%dT%H%M%S')}.log", None).go()
@@ -323,7 +329,7 @@ def main(
         runs.append(run)
         typer.echo(f"run {i}: {json.dumps({k: v for k, v in run.items() if k != 'stages'})}", err=True)
         if seed_chunks is not None and seeding is None and (stages_dir / "kb" / "stage.json").is_file() and (stages_dir / "chunks" / "state.json").is_file():
-            seeding = link_seed_chunks(seed_chunks, stages_dir, info)
+            seeding = link_seed_chunks(seed_chunks, stages_dir, info, own_chunks)
             typer.echo(f"seeded: {json.dumps({k: v for k, v in seeding.items() if 'state' not in k})}", err=True)
         encoding = build_kb_encoding(stages_dir, run, chunk_size, info["names"]) or encoding
     final = runs[-1]

@@ -40,6 +40,7 @@ KB_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 STRING_TABLES = ("names", "display_names", "concept_ids", "concept_names")
 LIST_TABLES = ("concept_types", "concept_xrefs")
+DICT_LOOKUP_NAMES = 1_000_000  # above this many names, ``row_of_name`` searches hashes instead of building a dict
 V1_FILES = ("names.txt", "display_names.txt", "concepts.jsonl")
 _HASH_CHUNK = 1 << 24
 
@@ -250,10 +251,16 @@ class ConceptKB:
         return self._row_of_id[concept_id]
 
     def row_of_name(self, name: str) -> Optional[int]:
-        """The name row of ``name`` after normalisation, or None (exact-match lookups)."""
+        """The name row of ``name`` after normalisation, or None (exact-match lookups).
+
+        Up to ``DICT_LOOKUP_NAMES`` names a dict answers (the fastest lookup); a larger stored name
+        table answers itself (``StringTable.find``, hashes): at 7.5M names the dict took 1.2 GB and 5 s."""
+        key = self.normalize(name)
+        if isinstance(self.names, StringTable) and len(self.names) > DICT_LOOKUP_NAMES:
+            return self.names.find(key)
         if self._row_of_name is None:
             self._row_of_name = {n: i for i, n in enumerate(self.names)}
-        return self._row_of_name.get(self.normalize(name))
+        return self._row_of_name.get(key)
 
     def normalize(self, text: str) -> str:
         """A name or query as this KB's name table stores it: the one rule for KB rows and mention queries."""

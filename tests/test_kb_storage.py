@@ -131,6 +131,33 @@ def test_iteration_crosses_chunks(monkeypatch):
     assert list(ListTable.from_lists([])) == []
 
 
+def test_find_hashes_the_table_as_one_string_is_hashed_and_answers_every_row(monkeypatch):
+    import spacy_sapbert.strings as strings_module
+
+    monkeypatch.setattr(strings_module, "_HASH_CHUNK", 3)  # strings hashed across several chunks
+    strings = ["", "a", "héllo wörld", "発熱", "🤒 fever", "x\x1fy", "b", "ab", "ba", "last", ""][:-1] + ["z", ""]
+    t = StringTable.from_strings(strings)
+    hashes = strings_module.table_hashes(t._blob, t._starts)
+    assert [int(h) for h in hashes] == [strings_module.string_hash(s.encode("utf8")) for s in strings]
+    assert len(set(hashes.tolist())) == len(set(strings))  # "ab" / "ba", "" / "a": order and length count
+    assert [t.find(s) for s in strings] == [strings.index(s) for s in strings]
+    assert t.find("abc") is None and t.find("a ") is None
+    assert StringTable.from_strings([]).find("") is None
+
+
+def test_a_large_kb_looks_names_up_by_hash_without_a_dict(tmp_path, monkeypatch):
+    import spacy_sapbert.kb as kb_module
+
+    ConceptKB.from_records(RECORDS).to_disk(tmp_path / "kb")
+    small, large = ConceptKB.from_disk(tmp_path / "kb"), ConceptKB.from_disk(tmp_path / "kb")
+    queries = list(small.names) + ["Heart  Attack", "FIÈVRE", "no such name", ""]
+    expected = [small.row_of_name(q) for q in queries]  # through a dict
+    assert small._row_of_name is not None and expected[: small.n_names] == list(range(small.n_names)) and expected[-4:] == [list(small.names).index("heart attack"), list(small.names).index("fièvre"), None, None]
+    monkeypatch.setattr(kb_module, "DICT_LOOKUP_NAMES", 3)  # the loaded KB has more names than this
+    assert [large.row_of_name(q) for q in queries] == expected
+    assert large._row_of_name is None
+
+
 def test_empty_kb_round_trips(tmp_path):
     kb = ConceptKB.from_records([])
     kb.to_disk(tmp_path / "kb")
