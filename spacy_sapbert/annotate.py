@@ -11,7 +11,7 @@ OUTPUT is a folder:
 A run restarted with the same arguments checks the finished shards against the manifest, skips
 them (one that fails the check is redone: ``output_folder.py``) and writes the bytes an
 uninterrupted run writes (nothing in the folder depends on timing; the mention cache is restored
-as it was: ``mention_cache.MentionCaches``). One run at a time writes an OUTPUT (``output_lock.py``);
+as it was: ``mention_cache.MentionCaches``). One run at a time writes an OUTPUT (``locks.output_lock``);
 ``--max-seconds`` stops a document that runs too long (``time_limit.py``).
 Each shard streams through ``nlp.pipe`` in one process: here, in one of ``n_process`` worker
 processes (one task per shard), or on a Dask cluster's worker (``cluster.py``); each of them holds
@@ -31,8 +31,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .documents import InputDocument, check_compressed, guess_input_format, input_reader, iter_documents
 from .fileio import PathLike
+from .locks import output_lock
 from .output_folder import OutputFolder, check_output_path
-from .output_lock import OutputLock
 from .records import InputError
 from .shards import CACHE_FOLDER, DEFAULT_MAX_CHARS, OUTPUT_FORMATS, PipelineSpec, Shard, ShardWorker, tasks_in_flight
 from .time_limit import check_time_limit
@@ -113,7 +113,7 @@ def annotate(
     listed there (``time_limit.py``). Documents whose id an earlier one has are counted
     (``duplicate_ids``), or with ``unique_ids`` refused (``InputError`` naming the second).
 
-    ``output`` is locked for the run (``output_lock.py``): a second run on it is refused at once. An
+    ``output`` is locked for the run (``locks.output_lock``): a second run on it is refused at once. An
     input without a document is refused (``InputError``), as ``link --input`` refuses it.
     """
     if output_format not in OUTPUT_FORMATS:
@@ -126,7 +126,7 @@ def annotate(
     input = Path(input).resolve()
     fmt = guess_input_format(input) if input_format == "auto" else input_format
     input_reader(fmt)  # a ValueError listing the registered formats for an unknown one
-    with OutputLock(output):
+    with output_lock(output):
         return _annotate_locked(input, fmt, output, pipeline, kb, encoder, top_k, detector, output_format, shard_size, n_process,
                                 batch_size, max_chars, cache_dir, cache_size, overwrite, scheduler, progress, max_seconds, unique_ids)
 

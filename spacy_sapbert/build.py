@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import shutil
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
-from filelock import FileLock, Timeout
 
 from .about import __version__
 from .build_stages import (
@@ -53,6 +51,7 @@ from .index_kinds import check_kind
 from .index_kinds.base import VectorIndex, choose_kind
 from .kb import ConceptKB
 from .kb_writer import write_kb
+from .locks import HeldLock, LockHeldError, held_elsewhere, lock_path
 from .mapped_pages import paged_out
 from .records import ConceptRecord, InputError
 from .search import META_FILE, ChunksIncomplete, LinkingKB, encode_chunks
@@ -64,14 +63,8 @@ SPOT_CHECK_NAMES = 64  # names encoded again to check chunks this build did not 
 SPOT_CHECK_COSINE = 0.95  # below this, a chunk row is not the vector of its name (another encoder or precision)
 
 
-class BuildLockedError(RuntimeError):
+class BuildLockedError(LockHeldError):
     """Another process is building the same KB folder right now."""
-
-
-def lock_path(output: PathLike) -> Path:
-    """The lock file of a KB folder: ``OUTPUT.lock`` beside it (left in place; it holds no data)."""
-    output = Path(output)
-    return output.with_name(output.name + ".lock")
 
 
 def work_path(output: PathLike) -> Path:
@@ -151,7 +144,7 @@ def build_kb_folder(
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     options = SourceOptions(on_duplicate, strip_punctuation, priors, word_variants, variant_options, source_name, source_key)
-    with _locked(lock_path(output), wait, f"{output} is being built by another process", progress):
+    with _build_lock(lock_path(output), f"{output} is being built by another process", progress, wait):
         if wait and (output / META_FILE).is_file():
             return LinkingKB.from_disk(output)  # built by the process we waited for
         remove_stale(output.parent, [output.name])  # what a killed build left beside the output
@@ -187,7 +180,7 @@ def encode_part(
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     options = options or SourceOptions()
-    with _locked(work / f"encode-part-{which}-of-{parts}.lock", False, f"part {which}/{parts} of {work} is being encoded by another process", progress):
+    with _build_lock(work / f"encode-part-{which}-of-{parts}.lock", f"part {which}/{parts} of {work} is being encoded by another process", progress):
         kb = ConceptKB.from_disk(_kb_stage(source, work, options, progress, None))
         enc = encoder if isinstance(encoder, SapEncoder) else encoder()
         with stage_clock("encode", progress, f"encoding part {which}/{parts} of {kb.n_names:,} names into {work / 'chunks'}"):
@@ -343,35 +336,15 @@ def _write_stage(kb_dir: Path, index_dir: Path, encoder: SapEncoder, output: Pat
 
 
 # ---------------------------------------------------------------------------- helpers
-@contextmanager
-def _locked(path: Path, wait: bool, busy: str, progress: bool) -> Iterator[None]:
-    """Hold the ``flock`` at ``path``; without ``wait``, a held one is a ``BuildLockedError``."""
-    lock = FileLock(str(path))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        if not wait:
-            raise BuildLockedError(
-                f"{busy} (it holds the lock {lock.lock_file}); wait for it to finish or build into another folder"
-            ) from None
-        say(progress, f"waiting for another process to finish (lock {lock.lock_file})")
-        lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
+def _build_lock(path: Path, busy: str, progress: bool, wait: bool = False) -> HeldLock:
+    """The lock at ``path``; without ``wait``, a held one is a ``BuildLockedError``."""
+    return HeldLock(path, busy, "wait for it to finish or build into another folder", BuildLockedError,
+                    (lambda message: say(progress, message)) if wait else None)
 
 
 def _parts_running(work: Path) -> bool:
     """Whether an ``encode_part`` process holds its lock in ``work`` (its KB stage may be half-written there)."""
-    for path in work.glob("encode-part-*.lock"):
-        lock = FileLock(str(path))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            return True
-        lock.release()
-    return False
+    return any(held_elsewhere(path) for path in work.glob("encode-part-*.lock"))
 
 
 def _remove_if_empty(folder: Path) -> None:

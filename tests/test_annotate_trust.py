@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from spacy_sapbert.cli import app
 from spacy_sapbert.documents import visible_span
+from spacy_sapbert.locks import OutputLockedError, output_lock
 from spacy_sapbert.mention_cache import DamagedCacheError, _entries_sha256
-from spacy_sapbert.output_lock import OutputLock, OutputLockedError
 from spacy_sapbert.shards import PipelineSpec, prepare_pipeline, span_records
 
 
@@ -97,8 +97,8 @@ def test_every_manifest_entry_has_size_and_checksum(tmp_path, kb):
 def test_a_second_run_on_the_same_output_is_refused_naming_the_lock_and_the_holder(tmp_path, kb):
     source = write_jsonl(tmp_path / "corpus.jsonl")
     out = tmp_path / "out"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from spacy_sapbert.output_lock import OutputLock\n"
-                               f"with OutputLock({str(out)!r}):\n    print('held', flush=True); time.sleep(60)"],
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from spacy_sapbert.locks import output_lock\n"
+                               f"with output_lock({str(out)!r}):\n    print('held', flush=True); time.sleep(60)"],
                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"  # type: ignore[union-attr]
@@ -116,11 +116,11 @@ def test_a_second_run_on_the_same_output_is_refused_naming_the_lock_and_the_hold
 
 def test_the_lock_is_held_for_the_run_and_released_after(tmp_path, kb):
     source = write_jsonl(tmp_path / "corpus.jsonl")
-    with OutputLock(tmp_path / "out"):
+    with output_lock(tmp_path / "out"):
         with pytest.raises(OutputLockedError, match=f"pid {os.getpid()} on "):
             run(source, tmp_path / "out", kb)
     run(source, tmp_path / "out", kb)
-    with OutputLock(tmp_path / "out"):  # free again
+    with output_lock(tmp_path / "out"):  # free again
         pass
 
 

@@ -1,6 +1,7 @@
 """Building KB folders: one build per output at a time, and never an empty KB (issue 13, items 2-3)."""
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -65,7 +66,7 @@ def test_a_second_build_into_the_same_output_is_refused_and_the_first_stays_corr
     assert gate.started.wait(60)  # the first build holds the lock and has written a chunk
     with pytest.raises(BuildLockedError) as err:
         build_kb_folder(other_records, tiny_encoder, out, index_kind="flat", progress=False, chunk_size=10)
-    assert str(out) in str(err.value) and str(lock_path(out)) in str(err.value)
+    assert str(out) in str(err.value) and str(lock_path(out)) in str(err.value) and f"pid {os.getpid()} on " in str(err.value)
     assert work_path(out).is_dir()  # the refused build left the first one's work folder alone
     gate.open.set()
     t.join(60)
