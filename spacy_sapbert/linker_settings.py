@@ -1,4 +1,5 @@
-"""The ``sapbert_linker`` settings, written once: the factory's config, its signature and the component share them.
+"""The ``sapbert_linker`` settings, written once: the factory's config, its signature and the component share them
+(``config_defaults`` and ``settings_signature`` serve the span finder's settings too).
 
 ``LinkerSettings.default_config()`` is the factory's ``default_config`` (what ``nlp.config`` shows), and
 ``settings_signature`` gives the factory one parameter per field, typed as the field is, which is what
@@ -96,9 +97,15 @@ class LinkerSettings:
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
-        """The factory's ``default_config``: each field's default, as a config holds it (the scorer by its registered name)."""
-        return {f.name: f.metadata.get("config", f.default_factory() if f.default is MISSING else f.default)  # type: ignore[misc]
-                for f in fields(cls)}
+        """The factory's ``default_config`` (``config_defaults``)."""
+        return config_defaults(cls)
+
+
+def config_defaults(settings: type) -> Dict[str, Any]:
+    """A settings dataclass as a factory's ``default_config``: each field's default, as a config holds
+    it (a field's ``metadata["config"]`` where the default is a function, e.g. a scorer by its registered name)."""
+    return {f.name: f.metadata.get("config", f.default_factory() if f.default is MISSING else f.default)  # type: ignore[misc]
+            for f in fields(settings)}
 
 
 def settings_signature(settings: type) -> Callable[[F], F]:
@@ -109,8 +116,10 @@ def settings_signature(settings: type) -> Callable[[F], F]:
 
     def decorate(factory: F) -> F:
         own = inspect.signature(factory)
-        params = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        params += [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=hints[f.name]) for f in fields(settings)]
+        named = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        required = [p for p in named if p.default is inspect.Parameter.empty]  # (nlp, name)
+        params = required + [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=hints[f.name]) for f in fields(settings)]
+        params += [p for p in named if p.default is not inspect.Parameter.empty]  # e.g. deprecated names, after the fields
         own_hints = {k: v for k, v in get_type_hints(factory).items() if k in own.parameters or k == "return"}
         factory.__signature__ = own.replace(parameters=params, return_annotation=own_hints.get("return", own.return_annotation))  # type: ignore[attr-defined]
         factory.__annotations__ = {**own_hints, **{f.name: hints[f.name] for f in fields(settings)}}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import warnings
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from spacy.attrs import IDX, LENGTH, LOWER
@@ -27,6 +28,7 @@ from spacy.util import filter_spans, registry
 
 from .abbreviations import abbreviation_expander, find_abbreviations, introduced_short_forms
 from .config_only import ConfigOnlyPipe
+from .linker_settings import config_defaults, settings_signature
 from .normalize import american_spelling
 from .overlap import pipe_predicted
 from .scoring import ENTS_SCORE_WEIGHTS
@@ -93,55 +95,15 @@ def make_span_finder_scorer() -> Callable[..., Dict[str, Any]]:
     return score_found_spans
 
 
-@Language.factory(
-    "sapbert_span_finder",
-    assigns=["doc.ents", "doc.spans"],
-    default_config={
-        "linker": "sapbert_linker",
-        "label": "CONCEPT",
-        "min_exact_score": 0.95,
-        "min_partial_score": 0.98,
-        "resolve": "longest",
-        "max_words": 8,
-        "max_generic_share": 0.03,
-        "acronyms": True,
-        "abbreviations": True,
-        "max_modifiers": 0,
-        "min_modified_score": 0.95,
-        "word_variants": None,
-        "min_variant_score": 0.95,
-        "set_ents": True,
-        "spans_key": None,
-        "nested": "all",
-        "scorer": {"@scorers": "spacy_sapbert.span_finder_scorer.v1"},
-    },
-    default_score_weights=ENTS_SCORE_WEIGHTS,
-)
-def make_span_finder(
-    nlp: Language,
-    name: str,
-    linker: str,
-    label: str,
-    min_exact_score: float,
-    min_partial_score: float,
-    resolve: str,
-    max_words: int,
-    max_generic_share: float,
-    acronyms: bool,
-    abbreviations: bool,
-    max_modifiers: int,
-    min_modified_score: float,
-    word_variants: Optional[str],
-    min_variant_score: float,
-    set_ents: bool,
-    spans_key: Optional[str],
-    nested: str,
-    scorer: Optional[Callable],
-    threshold: Optional[float] = None,
-    partial_threshold: Optional[float] = None,
-    modifier_threshold: Optional[float] = None,
-) -> "SpanFinder":
-    """``linker``: the name of the ``sapbert_linker`` whose KB, encoder and cache score the proposals.
+SCORER_CONFIG = {"@scorers": "spacy_sapbert.span_finder_scorer.v1"}
+
+
+@dataclass
+class SpanFinderSettings:
+    """The span finder's settings (``[components.<name>]`` in the pipeline's config), written once:
+    the factory's ``default_config``, its signature and the component share them (``linker_settings``).
+
+    ``linker``: the name of the ``sapbert_linker`` whose KB, encoder and cache score the proposals.
     ``min_exact_score``: the lowest score that keeps a proposal whose content words are a KB name's
     (or a coordination of such); ``min_partial_score``: one missing a word of a name.
     ``abbreviations``: score a short form the text defines through its long form, as the linker
@@ -152,21 +114,37 @@ def make_span_finder(
     decide between overlapping spans; ``all`` writes the non-overlapping longest to ``doc.ents`` and
     keeps nested spans too in ``doc.spans[spans_key]`` (``nested``: every nested span, only those
     inside a coordination, or those and the KB names that end a longer span), for a linker with the
-    same ``spans_key`` to link. ``threshold``, ``partial_threshold``, ``modifier_threshold``:
-    deprecated names of the three cut-offs (a pipeline saved before the rename); set, they win."""
-    cut_offs = {"min_exact_score": min_exact_score, "min_partial_score": min_partial_score, "min_modified_score": min_modified_score,
-                "min_variant_score": min_variant_score}
-    for old, value in (("threshold", threshold), ("partial_threshold", partial_threshold), ("modifier_threshold", modifier_threshold)):
-        if value is not None:
-            new = RENAMED_SETTINGS[old]
-            warnings.warn(f"{name}: the setting '{old}' is now '{new}'; {old} = {value} is used. Rename it in the "
-                          f"pipeline's config: '{old}' will be removed.", FutureWarning, stacklevel=2)
-            cut_offs[new] = value
-    return SpanFinder(
-        nlp, name, linker=linker, label=label, resolve=resolve, max_words=max_words, max_generic_share=max_generic_share,
-        acronyms=acronyms, abbreviations=abbreviations, max_modifiers=max_modifiers, word_variants=word_variants, set_ents=set_ents,
-        spans_key=spans_key, nested=nested, scorer=scorer, **cut_offs,
-    )
+    same ``spans_key`` to link. ``scorer``: what ``nlp.evaluate`` reports (``score_found_spans``)."""
+
+    linker: str = "sapbert_linker"
+    label: str = "CONCEPT"
+    min_exact_score: float = 0.95
+    min_partial_score: float = 0.98
+    resolve: str = "longest"
+    max_words: int = 8
+    max_generic_share: float = 0.03
+    acronyms: bool = True
+    abbreviations: bool = True
+    max_modifiers: int = 0
+    min_modified_score: float = 0.95
+    word_variants: Optional[str] = None
+    min_variant_score: float = 0.95
+    set_ents: bool = True
+    spans_key: Optional[str] = None
+    nested: str = "all"
+    scorer: Optional[Callable] = field(default=score_found_spans, metadata={"config": SCORER_CONFIG})
+
+    def validate(self) -> "SpanFinderSettings":
+        """These settings, or a ``ValueError`` naming the first that cannot work."""
+        if self.resolve not in RESOLVE_MODES:
+            raise ValueError(f"resolve must be one of {RESOLVE_MODES}, got {self.resolve!r}")
+        if self.resolve == "all" and not self.spans_key:
+            raise ValueError("resolve='all' keeps nested spans in a span group: set spans_key")
+        if not self.set_ents and not self.spans_key:
+            raise ValueError("the span finder writes nothing: set set_ents or spans_key")
+        if self.nested not in NESTED_MODES:
+            raise ValueError(f"nested must be one of {NESTED_MODES}, got {self.nested!r}")
+        return self
 
 
 class SpanFinder(ConfigOnlyPipe):
@@ -174,57 +152,16 @@ class SpanFinder(ConfigOnlyPipe):
 
     data_format = "spacy-sapbert-span-finder-v1"
 
-    def __init__(
-        self,
-        nlp: Language,
-        name: str = "sapbert_span_finder",
-        *,
-        linker: str = "sapbert_linker",
-        label: str = "CONCEPT",
-        min_exact_score: float = 0.95,
-        min_partial_score: float = 0.98,
-        resolve: str = "longest",
-        max_words: int = 8,
-        max_generic_share: float = 0.03,
-        acronyms: bool = True,
-        abbreviations: bool = True,
-        max_modifiers: int = 0,
-        min_modified_score: float = 0.95,
-        word_variants: Optional[str] = None,
-        min_variant_score: float = 0.95,
-        set_ents: bool = True,
-        spans_key: Optional[str] = None,
-        nested: str = "all",
-        scorer: Optional[Callable] = score_found_spans,
-    ):
-        if resolve not in RESOLVE_MODES:
-            raise ValueError(f"resolve must be one of {RESOLVE_MODES}, got {resolve!r}")
-        if resolve == "all" and not spans_key:
-            raise ValueError("resolve='all' keeps nested spans in a span group: set spans_key")
-        if not set_ents and not spans_key:
-            raise ValueError("the span finder writes nothing: set set_ents or spans_key")
-        if nested not in NESTED_MODES:
-            raise ValueError(f"nested must be one of {NESTED_MODES}, got {nested!r}")
+    def __init__(self, nlp: Language, name: str = "sapbert_span_finder", settings: Optional[SpanFinderSettings] = None,
+                 **overrides: Any):
+        """``settings``: ``SpanFinderSettings`` (its defaults where None), with ``overrides`` by field
+        name; each becomes an attribute of the same name (``linker_name`` for ``linker``)."""
+        settings = replace(settings or SpanFinderSettings(), **overrides).validate()
         self.nlp = nlp
         self.name = name
-        self.linker_name = linker
-        self.label = label
-        self.min_exact_score = min_exact_score
-        self.min_partial_score = min_partial_score
-        self.resolve = resolve
-        self.max_words = max_words
-        self.max_generic_share = max_generic_share
-        self.acronyms = acronyms
-        self.abbreviations = abbreviations
-        self.max_modifiers = max_modifiers
-        self.min_modified_score = min_modified_score
-        self.word_variants = word_variants
-        self.min_variant_score = min_variant_score
+        for setting in fields(settings):
+            setattr(self, "linker_name" if setting.name == "linker" else setting.name, getattr(settings, setting.name))
         self._variants: Optional[VariantMatcher] = None
-        self.set_ents = set_ents
-        self.spans_key = spans_key
-        self.nested = nested
-        self.scorer = scorer
         self._index: Optional[NameIndex] = None
         self._index_kb: Optional[object] = None  # the KB object the index was built from
 
@@ -416,3 +353,30 @@ class SpanFinder(ConfigOnlyPipe):
                 doc.spans[self.spans_key] = SpanGroup(doc, name=self.spans_key, spans=spans)
             if self.set_ents:
                 doc.ents = filter_spans(existing + new)
+
+
+@Language.factory(
+    "sapbert_span_finder",
+    assigns=["doc.ents", "doc.spans"],
+    default_config=config_defaults(SpanFinderSettings),
+    default_score_weights=ENTS_SCORE_WEIGHTS,
+)
+@settings_signature(SpanFinderSettings)
+def make_span_finder(
+    nlp: Language,
+    name: str,
+    threshold: Optional[float] = None,
+    partial_threshold: Optional[float] = None,
+    modifier_threshold: Optional[float] = None,
+    **settings: Any,
+) -> SpanFinder:
+    """The ``sapbert_span_finder`` component; its settings are ``SpanFinderSettings``' fields (documented
+    there). ``threshold``, ``partial_threshold``, ``modifier_threshold``: deprecated names of three
+    cut-offs (a pipeline saved before the rename); set, they win."""
+    for old, value in (("threshold", threshold), ("partial_threshold", partial_threshold), ("modifier_threshold", modifier_threshold)):
+        if value is not None:
+            new = RENAMED_SETTINGS[old]
+            warnings.warn(f"{name}: the setting '{old}' is now '{new}'; {old} = {value} is used. Rename it in the "
+                          f"pipeline's config: '{old}' will be removed.", FutureWarning, stacklevel=2)
+            settings[new] = value
+    return SpanFinder(nlp, name, SpanFinderSettings(**settings))
