@@ -17,7 +17,7 @@ from typing import BinaryIO, Dict, Iterable, List, Mapping, Optional, Sequence, 
 import numpy as np
 
 from .fileio import write_json
-from .kb import ConceptKB, _known_parents, _prior_array, checked_id, duplicate_id
+from .kb import ConceptKB, _known_parents, _prior_array, checked_id, duplicate_id, write_name_lookup
 from .normalize import normalize_name
 from .records import ConceptRecord
 from .strings import SEP, ListTable, save_npy, table_files
@@ -166,6 +166,7 @@ def write_kb(
     if known is not None:
         ListTable.save(known, folder / "concept_parents")
     kb = _load_tables(folder, lowercase, strip_punctuation, priors is not None, known is not None)
+    write_name_lookup(folder, n_names)
     write_json(folder / "kb.json", kb.disk_meta())
     return ConceptKB.from_disk(folder)
 

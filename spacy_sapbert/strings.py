@@ -90,8 +90,9 @@ class StringTable(Sequence[str]):
         self._bytes = memoryview(blob)
         self._at = memoryview(np.asarray(starts))  # indexing it gives Python ints, fast
         self._n = n
-        self._sorted_hashes: Optional[np.ndarray] = None  # ``find``'s lookup, built on its first call
+        self._sorted_hashes: Optional[np.ndarray] = None  # ``find``'s lookup: loaded, or built on its first call
         self._hash_rows: Optional[np.ndarray] = None
+        self._lookup_stamps: Optional[Tuple[FileStamp, FileStamp]] = None  # its files, where loaded from them
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -101,11 +102,43 @@ class StringTable(Sequence[str]):
 
     @classmethod
     def load(cls, prefix: PathLike, mmap: bool = True) -> "StringTable":
+        """The table ``prefix``, with ``find``'s hash table where it was saved beside it (``save_lookup``)."""
         blob_path, starts_path = table_files(prefix)
         table = cls(load_npy(blob_path, mmap), load_npy(starts_path, mmap), where=f"{blob_path} / {starts_path.name}")
         if mmap:
             table._files = (file_stamp(blob_path), file_stamp(starts_path))
+        hashes_path, rows_path = lookup_files(prefix)
+        if hashes_path.is_file() and rows_path.is_file():
+            table._use_lookup(load_npy(hashes_path, mmap), load_npy(rows_path, mmap), str(hashes_path))
+            if mmap:
+                table._lookup_stamps = (file_stamp(hashes_path), file_stamp(rows_path))
         return table
+
+    @staticmethod
+    def save_lookup(table: "StringTable", prefix: PathLike) -> None:
+        """Write ``find``'s hash table beside the table ``prefix`` (each file atomically), so that a
+        loaded table answers its first ``find`` without hashing every string."""
+        hashes, rows = table.lookup_arrays()
+        hashes_path, rows_path = lookup_files(prefix)
+        save_npy(hashes_path, hashes)
+        save_npy(rows_path, rows)
+
+    def lookup_arrays(self) -> Tuple[np.ndarray, np.ndarray]:
+        """``find``'s hash table: the strings' ``string_hash`` values sorted, and the row of each."""
+        if self._sorted_hashes is None or self._hash_rows is None:
+            hashes = table_hashes(self._blob, self._starts)
+            order = np.argsort(hashes, kind="stable")
+            self._sorted_hashes, self._hash_rows = hashes[order], order
+        return self._sorted_hashes, self._hash_rows
+
+    def _use_lookup(self, hashes: np.ndarray, rows: np.ndarray, where: str) -> None:
+        """Take a saved hash table, refused (naming ``where``) unless it has one entry per string and
+        finds a few of them where they are."""
+        self._sorted_hashes, self._hash_rows = hashes, rows
+        checked = sorted({0, self._n // 2, self._n - 1}) if self._n else []
+        if len(hashes) != self._n or len(rows) != self._n or any(self.find(self[i]) != i for i in checked):
+            raise ValueError(f"{where}: the name lookup does not belong to {self._where} (damaged or from another "
+                             "build): delete it and it is computed again on first use")
 
     @staticmethod
     def save(strings: Sequence[str], prefix: PathLike) -> None:
@@ -135,16 +168,12 @@ class StringTable(Sequence[str]):
         A binary search over the strings' 64-bit hashes (``table_hashes``, computed over the blob with
         numpy on the first call: 16 bytes a string, seconds at 7.5M strings), the match confirmed on
         the bytes: a dict of a UMLS-sized table's strings would take over a GB and seconds to build."""
-        if self._sorted_hashes is None:
-            hashes = table_hashes(self._blob, self._starts)
-            order = np.argsort(hashes, kind="stable")
-            self._sorted_hashes, self._hash_rows = hashes[order], order
-        assert self._hash_rows is not None
+        sorted_hashes, hash_rows = self.lookup_arrays()
         data = string.encode("utf8")
         h = np.uint64(string_hash(data))
-        lo, hi = int(np.searchsorted(self._sorted_hashes, h, side="left")), int(np.searchsorted(self._sorted_hashes, h, side="right"))
+        lo, hi = int(np.searchsorted(sorted_hashes, h, side="left")), int(np.searchsorted(sorted_hashes, h, side="right"))
         at, mv = self._at, self._bytes
-        for row in self._hash_rows[lo:hi].tolist():
+        for row in hash_rows[lo:hi].tolist():
             if mv[at[row] : at[row + 1] - 1] == data:
                 return row
         return None
@@ -209,7 +238,7 @@ class StringTable(Sequence[str]):
         """A memory-mapped table pickles as its files (mapped again on unpickling, e.g. in an
         ``nlp.pipe(n_process=...)`` worker), an in-memory one as copies of its arrays."""
         if self._files is not None:
-            return {"files": self._files, "where": self._where}
+            return {"files": self._files, "where": self._where, "lookup": self._lookup_stamps}
         return {"blob": np.asarray(self._blob), "starts": np.asarray(self._starts), "where": self._where}
 
     def __setstate__(self, state: dict) -> None:
@@ -220,6 +249,9 @@ class StringTable(Sequence[str]):
         blob, starts = (load_npy(stamped_path(f)) for f in files)
         self.__init__(blob, starts, state["where"])  # type: ignore[misc]
         self._files = files
+        if state.get("lookup"):
+            self._sorted_hashes, self._hash_rows = (load_npy(stamped_path(f)) for f in state["lookup"])
+            self._lookup_stamps = state["lookup"]
 
     def __repr__(self) -> str:
         return f"<StringTable of {self._n} strings, {len(self._blob)} bytes>"
@@ -334,6 +366,12 @@ class ListTable(Sequence[List[str]]):
 
     def __repr__(self) -> str:
         return f"<ListTable of {self._n} rows, {len(self.items)} items>"
+
+
+def lookup_files(prefix: PathLike) -> Tuple[Path, Path]:
+    """``find``'s saved hash table beside the table ``prefix``: the sorted hashes and their rows."""
+    prefix = Path(prefix)
+    return prefix.with_name(prefix.name + ".hashes.npy"), prefix.with_name(prefix.name + ".hash_rows.npy")
 
 
 def _rows_file(prefix: PathLike) -> Path:

@@ -273,15 +273,21 @@ RECORD_CASES = {
 
 
 @pytest.mark.parametrize("case", list(RECORD_CASES))
-@pytest.mark.parametrize("options", [{}, {"strip_punctuation": True}, {"priors": True}])
-def test_write_kb_writes_byte_for_byte_what_from_records_and_to_disk_write(tmp_path, case, options):
+@pytest.mark.parametrize("options", [{}, {"strip_punctuation": True}, {"priors": True}, {"name_lookup": True}])
+def test_write_kb_writes_byte_for_byte_what_from_records_and_to_disk_write(tmp_path, case, options, monkeypatch):
     records = RECORD_CASES[case]
     kwargs = dict(options, on_duplicate="merge" if case == "merged" else "error")
     if kwargs.pop("priors", False):
         kwargs["priors"] = {r.id: 1.5 for r in records}
+    if kwargs.pop("name_lookup", False):  # a KB above the size where the exact-name lookup is saved with it
+        import spacy_sapbert.kb as kb_module
+
+        monkeypatch.setattr(kb_module, "DICT_LOOKUP_NAMES", 0)
     ConceptKB.from_records(records, **kwargs).to_disk(tmp_path / "a")
     write_kb(iter(records), tmp_path / "b", **kwargs)
     assert folder_bytes(tmp_path / "a") == folder_bytes(tmp_path / "b")
+    has_names = ConceptKB.from_disk(tmp_path / "b").n_names > 0
+    assert (tmp_path / "b" / "names.hashes.npy").is_file() == (bool(options.get("name_lookup")) and has_names)
 
 
 def test_write_kb_refuses_a_repeated_id_like_from_records(tmp_path):

@@ -243,3 +243,27 @@ def test_a_umls_sized_kb_loads_in_seconds(tmp_path):
     assert sample[1] == "name 7 of concept 7" and len(sample) == 3000
     assert again.concept_xrefs[1] == ["MESH:D1"] and again.concept_types[1] == []
     assert load_s < 3.0 and load_mb < 300
+
+
+def test_a_large_kb_saves_its_name_lookup_and_a_mismatched_one_is_refused(tmp_path, monkeypatch):
+    import spacy_sapbert.kb as kb_module
+    from spacy_sapbert.strings import lookup_files
+
+    kb = ConceptKB.from_records(RECORDS)
+    kb.to_disk(tmp_path / "small")
+    assert not any(f.exists() for f in lookup_files(tmp_path / "small" / "names"))  # a dict answers a small KB
+    monkeypatch.setattr(kb_module, "DICT_LOOKUP_NAMES", 3)
+    kb.to_disk(tmp_path / "large")
+    hashes, rows = lookup_files(tmp_path / "large" / "names")
+    assert hashes.is_file() and rows.is_file()
+    loaded = ConceptKB.from_disk(tmp_path / "large")
+    assert loaded.names._sorted_hashes is not None  # read from the files, not computed
+    assert [loaded.row_of_name(n) for n in kb.names] == list(range(kb.n_names))
+    again = pickle.loads(pickle.dumps(loaded))  # an n_process worker maps the same files
+    assert again.row_of_name(kb.names[-1]) == kb.n_names - 1 and again.names._lookup_stamps is not None
+    np.save(rows, np.load(rows)[::-1].copy())  # rows of another build
+    with pytest.raises(ValueError, match="names.hashes.npy: the name lookup does not belong"):
+        ConceptKB.from_disk(tmp_path / "large")
+    monkeypatch.setattr(kb_module, "DICT_LOOKUP_NAMES", 1_000_000)
+    kb.to_disk(tmp_path / "large")  # saved again below the limit: the stale lookup goes
+    assert not hashes.exists() and ConceptKB.from_disk(tmp_path / "large").row_of_name("heart attack") is not None
