@@ -195,7 +195,8 @@ def link(
     input: Optional[Path] = typer.Option(
         None, "--input", "-i", help="File of documents, one per line (see --input-format); '-': standard input", dir_okay=False
     ),
-    input_format: str = typer.Option("auto", help="text (a document per line), tsv (id<TAB>text) or jsonl (id, text); auto: by suffix"),
+    input_format: str = typer.Option("auto", help="text (a document per line), tsv (id<TAB>text), jsonl (id, text) or another of "
+                                     "annotate's input formats (pubtator, bioc, a registered one); auto: .tsv/.jsonl by suffix, else text"),
     pipeline: Optional[Path] = PIPELINE,
     kb: Optional[Path] = KB,
     encoder: Optional[str] = ENCODER,

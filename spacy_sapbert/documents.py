@@ -14,7 +14,7 @@ that yields ``InputDocument``s. Another format is one module with such a functio
 
 (or the ``spacy_sapbert_input_formats`` entry point); ``annotate --input-format my-format`` then
 reads it, and ``auto`` picks it for a file whose suffix is its name (``.my-format``).
-``link --input`` reads the built-in formats of a document per line, ``LINK_FORMATS``.
+``link --input`` reads every registered format too (its ``auto`` only tells ``.tsv`` and ``.jsonl`` from text lines).
 """
 from __future__ import annotations
 
@@ -32,9 +32,8 @@ from .fileio import PathLike
 from .records import InputError
 from .registries import all_entries, input_formats
 
-# The built-in formats (all registered below), and those of them ``link --input`` reads.
+# The built-in formats (all registered below).
 INPUT_FORMATS = ("folder", "text", "tsv", "jsonl", "pubtator", "bioc")
-LINK_FORMATS = ("text", "tsv", "jsonl")
 InputReader = Callable[[Path], Iterable["InputDocument"]]
 _PUBTATOR_TEXT = re.compile(r"^[^\t|]+\|[ta]\|")
 
@@ -205,13 +204,11 @@ def unlabelled_texts(paths: Iterable[PathLike], fmt: str = "auto") -> Iterator[s
 
 def read_documents(path: PathLike, fmt: str = "auto") -> Iterator[Tuple[str, Dict[str, Any]]]:
     """``(text, context)`` per document of a ``link --input`` file; ``context`` has its 1-based
-    ``line`` and, where the format has one, its ``id``. Formats: ``LINK_FORMATS``; ``auto``:
-    ``.tsv``/``.jsonl`` by suffix, else ``text``. The first unreadable document raises its ``InputError``."""
+    ``line`` and, where the format has one, its ``id``. Formats: the registered ones (``input_reader``);
+    ``auto``: ``.tsv``/``.jsonl`` by suffix, else ``text``. The first unreadable document raises its ``InputError``."""
     path = Path(path)
     if fmt == "auto":
         fmt = {".tsv": "tsv", ".jsonl": "jsonl"}.get(path.suffix.lower(), "text")
-    if fmt not in LINK_FORMATS:
-        raise ValueError(f"input format must be auto or one of {', '.join(LINK_FORMATS)}, not {fmt!r}")
     for doc in input_reader(fmt)(path):
         if doc.error is not None:
             raise doc.error

@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 from spacy_sapbert.cli import _guess_format, app
 from spacy_sapbert.documents import (
     INPUT_FORMATS,
-    LINK_FORMATS,
     InputDocument,
     guess_input_format,
     input_format_names,
@@ -54,7 +53,7 @@ def read_toy_corpus(path: Path) -> Iterator[InputDocument]:
 
 def test_the_built_in_names_are_registered_in_their_order_and_the_toys_after_them():
     assert reader_names() == [*READERS, "toy"] and names(ontology_readers) == sorted([*READERS, "toy"])
-    assert input_format_names() == [*INPUT_FORMATS, "toy"] and set(LINK_FORMATS) < set(INPUT_FORMATS)
+    assert input_format_names() == [*INPUT_FORMATS, "toy"]
     assert reader_for("toy") is read_toy_ontology
     assert reader_for("obo").__name__ == "read_obo"  # the function itself (its signature: on_duplicate), not the lazy entry
 
@@ -72,8 +71,8 @@ def test_unknown_names_list_the_choices(tmp_path):
     (tmp_path / "notes.txt").write_text("x\n", encoding="utf8")
     with pytest.raises(ValueError, match=r"input format must be auto or one of folder, text, tsv, jsonl, pubtator, bioc, toy, not 'nope'"):
         iter_documents(tmp_path / "notes.txt", "nope")
-    with pytest.raises(ValueError, match=r"input format must be auto or one of text, tsv, jsonl, not 'toy'"):
-        next(read_documents(tmp_path / "notes.txt", "toy"))  # link reads the built-in formats of a document per line
+    with pytest.raises(ValueError, match=r"input format must be auto or one of folder, text, tsv, jsonl, pubtator, bioc, toy, not 'nope'"):
+        next(read_documents(tmp_path / "notes.txt", "nope"))  # link --input: the same registry
     result = CliRunner().invoke(app, ["build-kb", str(tmp_path / "notes.txt"), str(tmp_path / "kb"), "--format", "nope"])
     assert result.exit_code == 1 and "unknown concept format 'nope'; choose from obo" in result.output, result.output
     result = CliRunner().invoke(app, ["annotate", str(tmp_path / "notes.txt"), str(tmp_path / "out"), "--input-format", "nope"])
@@ -110,3 +109,11 @@ def test_a_registered_reader_builds_a_kb_and_a_registered_format_is_annotated(tm
     assert [r["id"] for r in rows] == ["d1", "d2"]
     assert [(s["text"], s["cui"]) for s in rows[0]["spans"]] == [("Fits", "HP:1"), ("pyrexia", "HP:3")]
     assert [(s["text"], s["cui"]) for s in rows[1]["spans"]] == [("cephalgia", "HP:2")]
+    assert list(read_documents(tmp_path / "corpus.txt", "toy")) == [("Fits and pyrexia.", {"line": 2, "id": "d1"}),
+                                                                    ("No cephalgia here.", {"line": 3, "id": "d2"})]
+    result = CliRunner().invoke(app, ["link", "--input", str(tmp_path / "corpus.txt"), "--input-format", "toy", "--kb", str(kb),
+                                      "--encoder", str(tiny_bert_path), "--detector", "ruler"])
+    assert result.exit_code == 0, result.output
+    linked = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["id"], [(s["text"], s["cui"]) for s in r["spans"]]) for r in linked] == [
+        ("d1", [("Fits", "HP:1"), ("pyrexia", "HP:3")]), ("d2", [("cephalgia", "HP:2")])]
