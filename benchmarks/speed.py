@@ -34,8 +34,8 @@ import spacy
 import torch
 import typer
 from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
-from spacy.tokens import Doc, Span
-from umls_scale import KINDS, measure, render  # benchmarks/umls_scale.py, beside this script
+from spacy.tokens import Doc
+from umls_scale import KINDS, measure, mention_docs, render  # benchmarks/umls_scale.py, beside this script
 
 from spacy_sapbert.encoder import SapEncoder, resolve_precision
 from spacy_sapbert.evaluation.baselines import run_scispacy_worker, scispacy_entities
@@ -103,15 +103,6 @@ def gold_docs(nlp, documents) -> List[Doc]:
         doc = nlp.make_doc(d.text)
         spans = [doc.char_span(m.start, m.end, label="Disease", alignment_mode="expand") for m in d.mentions]
         doc.ents = spacy.util.filter_spans([s for s in spans if s is not None])
-        docs.append(doc)
-    return docs
-
-
-def single_span_docs(nlp, texts: Sequence[str]) -> List[Doc]:
-    docs = []
-    for t in texts:
-        doc = nlp.make_doc(t)
-        doc.ents = [Span(doc, 0, len(doc), label="Disease")]
         docs.append(doc)
     return docs
 
@@ -363,7 +354,7 @@ def main(
     docs = gold_docs(nlp, test_docs)
     results["mentions_per_s"] = round(pipe_rate(linker, docs, repeats), 1)
     distinct = sorted({normalize_name(m.text) for s in ("train", "dev", "test") for d in load_split("ncbi-disease", s) for m in d.mentions})
-    distinct_docs = single_span_docs(nlp, distinct[:2000])
+    distinct_docs = mention_docs(nlp, distinct[:2000])
     results["distinct_mentions_per_s"] = round(pipe_rate(linker, distinct_docs, repeats), 1)
     results["n_mentions"] = sum(len(d.ents) for d in docs)
     results["n_distinct_mentions"] = len(distinct_docs)

@@ -24,8 +24,9 @@ threads, resident memory after that, and how much of the index's files the page 
 (the rows are read with ``os.pread``: page cache, not resident memory); recall@1 and @5 against exact
 search. Then the whole KB folder (names, concepts, auto's index) is loaded by
 ``LinkingKB.from_disk`` in a fresh process (``load_s``, ``rss_mb``), and the distinct test mentions
-of the three benchmarks are linked through the linker's batch path (``link_strings``: normalise,
-reuse stored vectors of KB names, encode the rest, search them as one batch) at 1 and 2 threads.
+of the three benchmarks are linked by ``nlp.pipe`` with that folder's ``gold`` pipeline, each mention a
+Doc whose one entity it is (the linker normalises, reuses stored vectors of KB names, encodes the
+rest, searches a batch at once), at 1 and 2 threads.
 Also printed: how many rows are the same or nearly the same name (issue 44's "fewer rows"), and
 recall@5 when the exact top 100 are re-scored from fp16 / bf16 rows (the ceiling such rows allow).
 Prints JSON and writes it to ``benchmarks/results/umls_scale_NAMES.json``; ``benchmarks/speed.py
@@ -268,24 +269,39 @@ def probe(folder: Path, queries: Path, k: int, whole_kb: bool) -> Dict[str, obje
     }  # (resident memory now, not the peak: a child started by a big parent would inherit the parent's peak)
 
 
+def mention_docs(nlp, texts: Sequence[str], label: str = "Disease") -> list:
+    """One Doc per text, the whole text its one entity: mentions for a ``gold`` pipeline to link."""
+    from spacy.tokens import Span
+
+    docs = []
+    for text in texts:
+        doc = nlp.make_doc(text)
+        doc.ents = [Span(doc, 0, len(doc), label=label)]
+        docs.append(doc)
+    return docs
+
+
 def rate(folder: Path, threads: int, mentions: Path) -> Dict[str, object]:
-    """Run in a fresh process: the distinct mention strings in ``mentions`` (one a line) linked through
-    the linker's batch path (``SapBertLinker.link_strings``: normalise, stored vectors of KB names,
-    encode the rest, one search per batch), ``BATCH`` strings a batch, on ``threads`` threads."""
-    from spacy_sapbert.pipelines import LINKER, build_pipeline
+    """Run in a fresh process: the distinct mention strings in ``mentions`` (one a line) linked by
+    ``nlp.pipe`` with ``build_pipeline(folder, "gold")``, each string a Doc whose one entity it is,
+    ``BATCH`` docs a batch (the linker normalises, takes stored vectors of KB names, encodes the rest
+    and searches them in one batch), on ``threads`` threads; and the first link, KB and encoder loaded on the way."""
+    from spacy_sapbert.pipelines import build_pipeline
 
     register_candidates()
     set_threads(threads)
     strings = mentions.read_text(encoding="utf8").split("\n")
     t0 = time.perf_counter()
-    linker = build_pipeline(folder, "gold").get_pipe(LINKER)
-    linker.link_strings(["warm up"])  # loads the KB and the encoder: what a first ``link`` waits for
+    nlp = build_pipeline(folder, "gold")
+    nlp(mention_docs(nlp, ["warm up"])[0])  # loads the KB and the encoder: what a first ``link`` waits for
     first_link_s = time.perf_counter() - t0
+    docs = mention_docs(nlp, strings)
     t0 = time.perf_counter()
-    linked = sum(1 for start in range(0, len(strings), BATCH) for c in linker.link_strings(strings[start : start + BATCH]) if c)
+    linked = sum(1 for doc in nlp.pipe(docs, batch_size=BATCH) for ent in doc.ents if ent._.cui_candidates)
     seconds = time.perf_counter() - t0
     return {"threads": threads, "mentions": len(strings), "with_candidates": linked, "seconds": round(seconds, 2),
-            "mentions_per_s": round(len(strings) / seconds, 1), "rss_mb": round(rss_mb(), 1), "first_link_s": round(first_link_s, 2)}
+            "mentions_per_s": round(len(strings) / seconds, 1), "rss_mb": round(rss_mb(), 1), "first_link_s": round(first_link_s, 2),
+            "path": "nlp.pipe, gold spans"}
 
 
 def run_child(*args: str) -> Dict[str, object]:
@@ -609,7 +625,7 @@ def render(result: Dict[str, object]) -> str:
                   f"{w['load_s']} s and holds {w['rss_mb']:,} MB resident after searching the test mentions ({_cached(w)} MB "  # type: ignore[index]
                   f"of its files in the page cache); recall@5 {result['recall_at_5']}."]
     for r in result.get("batch_rate", []):  # type: ignore[union-attr]
-        lines.append(f"Linking the {r['mentions']:,} distinct test mentions through the linker's batch path on {r['threads']} thread(s): "
+        lines.append(f"Linking the {r['mentions']:,} distinct test mentions ({r.get('path', 'the linker batch path, link_strings')}, {BATCH} a batch) on {r['threads']} thread(s): "
                      f"{r['mentions_per_s']:,} mentions/s ({r['rss_mb']:,} MB resident"
                      + (f"; the pipeline's first link, the KB and encoder loaded on the way, took {r['first_link_s']} s)." if "first_link_s" in r else ")."))
     return "\n".join(lines)

@@ -53,7 +53,7 @@ def _add(index: Any, vectors: np.ndarray, bf16: bool = False) -> None:
     many times faster than faiss-cpu's BLAS here; ``bf16``: ``nearest_centroids``')."""
     import faiss
 
-    if not isinstance(index, faiss.IndexIVF):
+    if not isinstance(index, faiss.IndexIVF) or isinstance(index, faiss.IndexIVFFastScan):  # (packed fast-scan lists: FAISS assigns)
         index.add(vectors)
         return
     import torch
@@ -128,8 +128,14 @@ class FaissIndex(VectorIndex):
             cls.train(index, _training_sample(chunks, n, cls.train_size(n), seed), seed)
         return cls(index, {"kind": kind, "dim": dim, "n": n, "metric": "inner_product", "faiss": faiss.__version__})
 
+    @classmethod
+    def bf16_products(cls) -> bool:
+        """Whether IVF list assignment and k-means multiply in bf16 (``nearest_centroids``): off, so that
+        a kind's lists stay what they were measured with; a kind chosen on bf16 measurements turns it on."""
+        return False
+
     def add_vectors(self, vectors: np.ndarray) -> None:
-        _add(self.index, np.ascontiguousarray(vectors, dtype=np.float32))
+        _add(self.index, np.ascontiguousarray(vectors, dtype=np.float32), bf16=self.bf16_products())
 
     def search_vectors(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
         return self._code_search(queries, k)

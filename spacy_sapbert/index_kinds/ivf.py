@@ -60,11 +60,11 @@ class IvfIndex(FaissIndex):
 
     @classmethod
     def train(cls, index: Any, sample: np.ndarray, seed: int) -> None:
-        """Centroids first (``spherical_kmeans``); FAISS then trains only the codes."""
+        """Centroids first (``spherical_kmeans``, in bf16 where ``bf16_products``); FAISS then trains only the codes."""
         import faiss
 
         ivf = faiss.extract_index_ivf(index)
-        ivf.quantizer.add(spherical_kmeans(sample, ivf.nlist, seed=seed))
+        ivf.quantizer.add(spherical_kmeans(sample, ivf.nlist, seed=seed, bf16=cls.bf16_products()))
         if isinstance(index, faiss.IndexIVFPQ):
             # the factory asks for polysemous training (code orderings for Hamming
             # pre-filtering, which we never use); it made a 20k-name build take minutes

@@ -27,8 +27,6 @@ import numpy as np
 
 from ..registries import index_kinds
 from .base import INDEX_META, VectorIndex
-from .faiss_base import _add
-from .ivf import spherical_kmeans
 from .ivf_pq import RERANK_DTYPES, IvfPqIndex
 
 ROWS_FILE = "rows.fp32.npy"  # the float32 vectors, read by row for the candidates only
@@ -112,16 +110,13 @@ class IvfRabitqIndex(IvfPqIndex):
         return TRAIN_PER_LIST * cls.lists(n)
 
     @classmethod
-    def train(cls, index: Any, sample: np.ndarray, seed: int) -> None:
-        """Centroids by cosine k-means (bf16 products where bf16 is the faster choice), then FAISS
-        trains the codes (RaBitQ: nothing to learn; PQ: its codebooks)."""
-        import faiss
+    def bf16_products(cls) -> bool:
+        """List assignment and k-means in bf16 where bf16 is the faster choice (measured so at 7.5M names)."""
+        import torch
 
-        ivf = faiss.extract_index_ivf(index)
-        ivf.quantizer.add(spherical_kmeans(sample, ivf.nlist, seed=seed, bf16=_bf16()))
-        if isinstance(index, faiss.IndexIVFPQ):
-            index.do_polysemous_training = False  # (as ``IvfIndex.train``: never used, and slow)
-        index.train(sample)
+        from ..encoder import fast_bf16
+
+        return fast_bf16(torch.device("cpu"))
 
     @classmethod
     def create(cls, kind: str, chunks: Sequence[np.ndarray], dim: int, n: int, seed: int = 0,
@@ -135,17 +130,6 @@ class IvfRabitqIndex(IvfPqIndex):
             codes=cls.codes, probe_margin=PROBE_MARGIN, min_nprobe=min(ivf.nlist, MIN_NPROBE), rerank_candidates=RESCORE_CANDIDATES,
         )
         return created  # type: ignore[return-value]
-
-    def add_vectors(self, vectors: np.ndarray) -> None:
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        import faiss
-
-        if isinstance(self.index, faiss.IndexIVFFastScan):  # packed already: FAISS assigns the lists itself
-            self.index.add(vectors)
-        else:
-            _add(self.index, vectors, bf16=_bf16())
-        if self.rerank is not None:
-            self.rerank.append(vectors)
 
     def _searchable(self) -> Any:
         """The FAISS index in the form that searches: a fast-scan code string's plain-form lists are
@@ -244,12 +228,3 @@ def rows_check(rows: np.ndarray, precision: str) -> str:
     """A short hash of a few rows as the file stores them (``precision``): what ``load`` compares to
     refuse a rows file from another build."""
     return hashlib.sha256(np.ascontiguousarray(rows, dtype=RERANK_DTYPES[precision]).tobytes()).hexdigest()[:16]
-
-
-def _bf16() -> bool:
-    """Whether list assignment and k-means use bf16 products (where bf16 is the faster choice)."""
-    import torch
-
-    from ..encoder import fast_bf16
-
-    return fast_bf16(torch.device("cpu"))
