@@ -7,6 +7,7 @@ Texts: the distinct NCBI-disease + BC5CDR abstracts (title and text, all splits:
 first ``--limit`` of them. Pipelines, each in a fresh process with torch and FAISS on ``--threads``:
 
 * ``hpo``: the embedded default (``default_pipeline()``: the span finder over the HPO KB);
+* ``hpo-int8``: the same at ``precision="int8"`` (opt-in; with ``--before-code``, that checkout's int8);
 * ``ner``: ``build_pipeline({"Disease": MEDIC, "Chemical": MeSH-2024}, "ner", negation=True)``;
 * ``ner-alone``: the shipped NER by itself (``spacy.load`` of the folder the ``ner`` detector loads,
   with the pipelines' tokenizer, ``spacy_sapbert.tokenizer``);
@@ -31,7 +32,7 @@ what took effect). Writes ``benchmarks/results/pipeline_profile.json`` and the R
 
 The issue-47 check (HPO default against FastHPOCR, one torch thread, caches empty, one run)::
 
-    python benchmarks/pipeline_profile.py --isa avx2 --pipelines hpo --threads 1 --processes 1 \
+    python benchmarks/pipeline_profile.py --isa avx2 --pipelines hpo hpo-int8 --threads 1 --processes 1 \
         --fasthpocr-python /tmp/hpocrvenv/bin/python --no-encoder-flops     # pipeline_profile_avx2.json
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import configparser
 import functools
+import itertools
 import json
 import os
 import statistics
@@ -60,7 +62,7 @@ CORPUS_FILES = (
     "ncbi-disease/NCBItrainset_corpus.txt", "ncbi-disease/NCBIdevelopset_corpus.txt", "ncbi-disease/NCBItestset_corpus.txt",
     "bc5cdr/CDR_TrainingSet.PubTator.txt", "bc5cdr/CDR_DevelopmentSet.PubTator.txt", "bc5cdr/CDR_TestSet.PubTator.txt",
 )
-PIPELINES = ("hpo", "ner", "ner-alone", "ner-trf", "ner-trf-alone")
+PIPELINES = ("hpo", "hpo-int8", "ner", "ner-alone", "ner-trf", "ner-trf-alone")  # hpo-int8: the HPO default at precision="int8"
 # What is timed inside the components, where the code has it: (label, module, class, method, whether
 # to count the items of the first argument (names encoded, queries searched) rather than the calls).
 INNER = (
@@ -134,10 +136,10 @@ def build(request: Dict[str, Any]):
     """The pipeline the request names, as a user builds it."""
     import spacy
 
-    if request["pipeline"] == "hpo":
+    if request["pipeline"] in ("hpo", "hpo-int8"):
         from spacy_sapbert.defaults import default_pipeline
 
-        return default_pipeline(progress=False)
+        return default_pipeline(progress=False, **({"precision": "int8"} if request["pipeline"] == "hpo-int8" else {}))
     from spacy_sapbert import pipelines
 
     detector = request["pipeline"].replace("-alone", "")
@@ -221,6 +223,9 @@ def worker(request: Dict[str, Any]) -> Dict[str, Any]:
     start = time.perf_counter()
     nlp = build(request)
     nlp("Warm-up: seizures, microcephaly and aspirin-induced asthma.")  # loads KBs and encoders; not timed
+    for _, pipe in nlp.pipeline:  # each linker's reduced-precision encoder copy is made (int8: calibrated) untimed too
+        if getattr(pipe, "encoder", None) is not None:
+            pipe.encoder.encode(["warm-up"])
     out: Dict[str, Any] = {"load_seconds": time.perf_counter() - start, "pipe_names": list(nlp.pipe_names)}
     out.update(stage_times(nlp, texts, timers))
     out["pipe"] = [pipe_rate(nlp, texts, 1, request["repeats"])]
@@ -416,19 +421,20 @@ def ratios(r: Dict[str, Any]) -> Dict[str, str]:
     out = {}
     for code in ("before", "after"):
         runs = r["runs"].get(code, {})
-        for n in r["processes"]:
-            hpo = _rate(runs.get("hpo", {}), n)
+        for n, name in itertools.product(r["processes"], ("hpo", "hpo-int8")):
+            hpo = _rate(runs.get(name, {}), n)
             if hpo and r.get("fasthpocr"):
-                out[f"hpo / FastHPOCR (1 process), {code}, {n} process(es)"] = f"{hpo / r['fasthpocr']['abstracts_per_s']:.2f}"
-            hpo_cpu = next((p.get("abstracts_per_cpu_s") for p in runs.get("hpo", {}).get("pipe", []) if p["n_process"] == n), None)
+                out[f"{name} / FastHPOCR (1 process), {code}, {n} process(es)"] = f"{hpo / r['fasthpocr']['abstracts_per_s']:.2f}"
+            hpo_cpu = next((p.get("abstracts_per_cpu_s") for p in runs.get(name, {}).get("pipe", []) if p["n_process"] == n), None)
             if hpo_cpu and r.get("fasthpocr", {}).get("abstracts_per_cpu_s"):
-                out[f"hpo / FastHPOCR per CPU second, {code}"] = f"{hpo_cpu / r['fasthpocr']['abstracts_per_cpu_s']:.2f}"
-                encoder_cpu = runs["hpo"].get("inner", {}).get("encoder", {}).get("cpu")
+                out[f"{name} / FastHPOCR per CPU second, {code}"] = f"{hpo_cpu / r['fasthpocr']['abstracts_per_cpu_s']:.2f}"
+                encoder_cpu = runs[name].get("inner", {}).get("encoder", {}).get("cpu")
                 if encoder_cpu is not None and r["fasthpocr"].get("abstracts"):
                     # the most that encoding less could give: the pipeline's CPU seconds less all of the encoder's
                     rest = r["fasthpocr"]["abstracts"] / hpo_cpu - encoder_cpu
-                    out[f"hpo / FastHPOCR per CPU second with the encoder's seconds removed (ceiling), {code}"] = (
+                    out[f"{name} / FastHPOCR per CPU second with the encoder's seconds removed (ceiling), {code}"] = (
                         f"{r['fasthpocr']['abstracts'] / rest / r['fasthpocr']['abstracts_per_cpu_s']:.2f}")
+        for n in r["processes"]:
             for detector in ("ner", "ner-trf"):
                 ner, alone = _rate(runs.get(detector, {}), n), _rate(runs.get(f"{detector}-alone", {}), n)
                 if ner and alone:

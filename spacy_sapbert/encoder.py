@@ -153,10 +153,11 @@ def resolve_precision(precision: str, device: torch.device, training: bool = Fal
 
     Encoding: ``auto`` is bf16 where it is faster than fp32 (``fast_bf16``: CUDA, a CPU with AMX, or an
     AMD CPU with AVX512-BF16), else fp32. Measured on an AMX CPU (``benchmarks/speed.py``): bf16 encodes faster than fp32 with
-    the same NCBI-disease Acc@1 and a top-5 overlap near 1; int8 (torch or ONNX Runtime) costs
-    accuracy, so it is never chosen automatically, not even on an AVX2-only CPU where it is the one
-    faster choice (``benchmarks/results/encoder_precision_avx2.json``: the HPO default 1.52x the abstracts
-    per CPU second, GSC+ dev link F1 0.607 -> 0.602; a user opts in with the linker's ``precision``).
+    the same NCBI-disease Acc@1 and a top-5 overlap near 1; int8 (SmoothQuant-calibrated, ``int8.py``)
+    costs a little accuracy, so it is never chosen automatically, not even on an AVX2-only CPU where it
+    is the one faster choice (``benchmarks/results/encoder_precision_avx2.json``: the HPO default ran 412.3
+    abstracts per CPU second against fp32's 275.9, GSC+ dev link F1 0.607 -> 0.609 with 1 linked span changed,
+    NCBI-disease dev lenient Acc@1 89.83 -> 89.58; a user opts in with the linker's ``precision``).
     Such a CPU has no native bf16 (``native_bf16``), so ``auto`` is fp32 there. Training: ``auto`` is the authors' ``--amp`` (fp16 autocast with loss scaling)
     on CUDA; on the CPU bf16 autocast with AMX (``amx_bf16``), else fp32: self-alignment with bf16
     autocast ran at 1.7x fp32's pairs/s on an AMX Xeon, and slower than fp32 on one with AVX512-BF16 but no AMX
@@ -182,19 +183,23 @@ def select_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def inference_copy(model: torch.nn.Module, precision: str, device: torch.device) -> torch.nn.Module:
+def inference_copy(model: torch.nn.Module, precision: str, device: torch.device,
+                   maxima: Optional[Dict[str, torch.Tensor]] = None) -> torch.nn.Module:
     """The model to run at ``precision`` (a resolved one: fp32, bf16 or int8), in eval mode.
 
     fp32: the model itself. bf16: a copy whose tensors are made bf16 directly, with no second
     fp32 copy to convert (casting once beats autocast casting the weights on every call). int8:
-    torch's dynamic quantisation of the Linear layers (CPU only).
+    SmoothQuant-calibrated dynamic quantisation of the Linear layers (CPU only; ``int8.py``), given
+    the Linear layers' input ``maxima`` (``SapEncoder`` measures them on its calibration names).
     """
     if precision == "int8":
         if device.type != "cpu":
             raise ValueError("int8 dynamic quantisation runs on the CPU only")
-        from torch.ao.quantization import quantize_dynamic
+        if maxima is None:
+            raise ValueError("int8 needs the activation maxima of a calibration run (int8.activation_maxima)")
+        from .int8 import smoothed_int8
 
-        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8).eval()
+        return smoothed_int8(model, maxima)
     if precision == "bf16":
         memo: Dict[int, Any] = {
             id(p): torch.nn.Parameter(p.detach().to(torch.bfloat16), requires_grad=False) for p in model.parameters()
@@ -390,8 +395,27 @@ class SapEncoder:
             return self.model
         key = (id(self.model), sum(p._version for p in self.model.parameters()))
         if self._inference_model is None or self._inference_key != key:
-            self._inference_model, self._inference_key = inference_copy(self.model, self.precision, self.device), key
+            maxima = self._calibration_maxima() if self.precision == "int8" else None
+            self._inference_model, self._inference_key = inference_copy(self.model, self.precision, self.device, maxima), key
         return self._inference_model
+
+    def _calibration_maxima(self) -> Dict[str, torch.Tensor]:
+        """The fp32 model's Linear input maxima over the int8 calibration names (``int8.py``), encoded
+        in batches of similar length as ``encode`` batches them; measured once per encoder and kept in
+        the user cache folder (``int8.maxima_file``)."""
+        from .int8 import CALIBRATION_BATCH, activation_maxima, cached_maxima, calibration_texts, maxima_file
+
+        def measure() -> Dict[str, torch.Tensor]:
+            texts = sorted(calibration_texts(), key=len)
+
+            def run() -> None:
+                for start in range(0, len(texts), CALIBRATION_BATCH):
+                    self.forward(self.tokenize(texts[start : start + CALIBRATION_BATCH]), self.model)
+
+            return activation_maxima(self.model, run)
+
+        expected = {name: m.in_features for name, m in self.model.named_modules() if isinstance(m, torch.nn.Linear)}
+        return cached_maxima(maxima_file(self.fingerprint), expected, measure)
 
     @torch.inference_mode()
     def encode(self, texts: Sequence[str], batch_size: int = 128, progress: bool = False) -> np.ndarray:

@@ -20,6 +20,15 @@ def _umask() -> int:
     return mask
 
 
+ENV_CACHE = "SPACY_SAPBERT_CACHE"
+
+
+def cache_dir() -> Path:
+    """The user cache folder (``SPACY_SAPBERT_CACHE``, else ~/.cache/spacy-sapbert): the default HPO KB,
+    the int8 encoder's calibration."""
+    return Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "spacy-sapbert")
+
+
 @contextmanager
 def atomic_path(path: PathLike) -> Iterator[Path]:
     """A temporary file name beside ``path`` for a writer that wants a name (FAISS, ``np.memmap``);

@@ -16,20 +16,15 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set, Union
 
 from .encoder import SapEncoder, resolve_encoder_path
-from .fileio import read_json
+from .fileio import ENV_CACHE, cache_dir, read_json  # noqa: F401 (ENV_CACHE: where tests and benchmarks point the cache)
 from .records import ConceptRecord
 from .search import CALIBRATION_KEY, META_FILE, store_calibration
 
-ENV_CACHE = "SPACY_SAPBERT_CACHE"
 PHENOTYPIC_ABNORMALITY = "HP:0000118"
 # What the default KB folder holds; a new revision builds a new folder (2: the is_a hierarchy;
 # 3: the index's neighbour table).
 DEFAULT_KB_REVISION = 3
 SHIPPED_HPO = Path(__file__).parent / "data" / "hpo_calibration.json"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "spacy-sapbert")
 
 
 def hpo_obo_path() -> Path:
@@ -78,12 +73,16 @@ def hpo_records() -> List[ConceptRecord]:
 def default_kb_path(encoder: Union[SapEncoder, str, os.PathLike, None] = None, progress: bool = True) -> Path:
     """The HPO KB folder for ``encoder`` (default MiniLM), built now if not yet cached.
 
-    Pass a loaded ``SapEncoder`` to avoid loading the weights a second time."""
+    Pass a loaded ``SapEncoder`` to avoid loading the weights a second time. The folder is shared by
+    every precision of the encoder, so an int8 encoder's names are encoded at the ``auto`` precision
+    (fp32 or bf16): int8 approximates the queries, and the KB is encoded once."""
     from .build import build_kb_folder
 
     enc = encoder if isinstance(encoder, SapEncoder) else SapEncoder.load(resolve_encoder_path(encoder))
     path = cache_dir() / f"hpo-{hpo_release()}-phenotypes-r{DEFAULT_KB_REVISION}-{enc.fingerprint[:12]}"
     if not (path / "meta.json").is_file():  # a process building it at the same time is waited for
+        if enc.precision == "int8":
+            enc = SapEncoder(enc.model, enc.tokenizer, enc.settings, device=str(enc.device), source=enc.source)
         build_kb_folder(hpo_records(), enc, path, progress=progress, wait=True)
     apply_shipped_calibration(path, enc.fingerprint)  # the NIL threshold chosen on GSC+ dev (benchmarks/calibration.py)
     return path

