@@ -196,14 +196,17 @@ class MentionCaches:
                 self._written[str(path)] = file_stamp(path)
 
     def save(self, linkers: Sequence[Any]) -> None:
-        from filelock import FileLock
+        import sys
 
         from .fileio import file_stamp
+        from .locks import HeldLock
 
         self.folder.mkdir(parents=True, exist_ok=True)
         for linker in linkers:
             path = self._path(linker)
-            with FileLock(str(path) + ".lock"):
+            # another run sharing the folder may be writing it: wait for it (the lock names it), then merge
+            with HeldLock(Path(f"{path}.lock"), f"the mention cache {path}", "",
+                          waiting=lambda message: print(message, file=sys.stderr, flush=True)):
                 if path.is_file() and file_stamp(path) != self._written.get(str(path)):
                     self._load_checked(linker, path)
                 linker.save_cache(path)

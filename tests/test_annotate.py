@@ -341,6 +341,33 @@ def test_the_mention_cache_spares_a_repeated_run_the_search(tmp_path, kb, monkey
     assert files(tmp_path / "first") == files(tmp_path / "second")
 
 
+def test_a_cache_save_waits_for_another_process_writing_it_then_merges(tmp_path, kb, capfd):
+    """Runs sharing a cache folder save in turn: while another process holds a linker's cache lock
+    (``locks.HeldLock``), a save waits, saying who holds it, then merges what that process wrote."""
+    from spacy_sapbert.mention_cache import MentionCaches
+
+    (linker,) = prepare_pipeline(PipelineSpec(kb=str(kb), detector="ruler").load(), 1000)
+    (other,) = prepare_pipeline(PipelineSpec(kb=str(kb), detector="ruler").load(), 1000)
+    linker.link_strings(["fever"])
+    other.link_strings(["fits"])
+    lock = tmp_path / "cache" / "sapbert_linker.mentions.json.lock"
+    lock.parent.mkdir()
+    script = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_EX); "
+              "os.pwrite(fd, b'pid 1 on elsewhere', 0); print('held', flush=True); time.sleep(1.5)")
+    holder = subprocess.Popen([sys.executable, "-c", script, str(lock)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    saving = threading.Thread(target=MentionCaches(tmp_path / "cache").save, args=([linker],))
+    saving.start()
+    saving.join(0.5)
+    assert saving.is_alive()  # waits for the holder
+    holder.wait()
+    saving.join(30)
+    assert not saving.is_alive() and "pid 1 on elsewhere" in capfd.readouterr().err
+    MentionCaches(tmp_path / "cache").save([other])  # another process's save merges what is there
+    (fresh,) = prepare_pipeline(PipelineSpec(kb=str(kb), detector="ruler").load(), 1000)
+    assert fresh.load_cache(tmp_path / "cache" / "sapbert_linker.mentions.json") == 2
+
+
 def test_a_cache_of_another_linker_is_refused(tmp_path, kb):
     nlp = PipelineSpec(kb=str(kb), detector="ruler").load()
     (linker,) = prepare_pipeline(nlp, 1000)

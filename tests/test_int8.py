@@ -97,3 +97,14 @@ def test_maxima_are_measured_once_kept_and_remeasured_when_the_file_does_not_fit
     path.write_bytes(b"not a zip")
     int8.cached_maxima(path, {"0": 3}, compute)  # damaged: measured again, and written anew
     assert len(calls) == 3 and torch.equal(int8.cached_maxima(path, {"0": 3}, compute)["0"], maxima["0"]) and len(calls) == 3
+
+
+def test_an_int8_encoder_pickles_with_its_quantised_copy(tiny_bert_path):
+    """Spawned ``nlp.pipe`` workers get the encoder pickled, its calibrated int8 copy with it."""
+    import pickle
+
+    encoder = SapEncoder.load(tiny_bert_path, device="cpu", precision="int8")
+    names = ["heart attack", "asthma"]
+    before = encoder.encode(names)
+    again = pickle.loads(pickle.dumps(encoder))
+    np.testing.assert_array_equal(again.encode(names), before)
