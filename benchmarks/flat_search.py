@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -26,6 +27,7 @@ from speed import median_time  # benchmarks/ is the script's folder, so its sibl
 import spacy_sapbert.index_kinds.flat as index_module  # exact search reads _top_k from here
 from spacy_sapbert.encoder import SapEncoder, fast_bf16, native_bf16, resolve_encoder_path
 from spacy_sapbert.evaluation.datasets import read_pubtator
+from spacy_sapbert.fileio import write_json
 from spacy_sapbert.index import VectorIndex
 from spacy_sapbert.machine import machine_description
 
@@ -60,12 +62,12 @@ def real_kb(kb: Path, queries: np.ndarray, threads: int, k: int = 20) -> Dict[st
     with_shortlist = dict(index.meta)
     without = {key: v for key, v in with_shortlist.items() if key != "shortlist"}
     index.meta = without
-    fp32 = index.search(queries, k)
-    fp32_s = median_time(lambda: index.search(queries, k), 3)
+    fp32 = index._fp32_search(queries, k)
+    fp32_s = median_time(lambda: index._fp32_search(queries, k), 3)
     chunked, index_module._top_k = index_module._top_k, lambda sims, n: torch.topk(sims, n, dim=1)
     try:  # the same fp32 path selecting with torch.topk over every column, as it did before _top_k
-        full = index.search(queries, k)
-        full_s = median_time(lambda: index.search(queries, k), 3)
+        full = index._fp32_search(queries, k)
+        full_s = median_time(lambda: index._fp32_search(queries, k), 3)
     finally:
         index_module._top_k = chunked
     index.meta = with_shortlist  # the shortlist path itself, whether or not ``fast_bf16`` would choose it here
@@ -94,8 +96,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kb", action="append", type=Path, help="KB folders (default: kbs/mesh-chemical, kbs/medic)")
     parser.add_argument("--threads", action="append", type=int, help="torch threads (default: 1 and 2)")
+    parser.add_argument("--output", type=Path, default=OUT, help=f"the JSON written (default {OUT.name})")
     args = parser.parse_args()
-    result: Dict[str, object] = {"command": "python benchmarks/flat_search.py", "machine": machine_description(),
+    result: Dict[str, object] = {"command": "python benchmarks/flat_search.py " + " ".join(sys.argv[1:]), "machine": machine_description(),
                                  "native_bf16": native_bf16(torch.device("cpu")), "fast_bf16": fast_bf16(torch.device("cpu")),
                                  "random": random_vectors()}
     strings = mention_strings()
@@ -103,7 +106,7 @@ def main() -> None:
     queries = np.ascontiguousarray(encoder.encode(strings), dtype=np.float32)
     result["kbs"] = [real_kb(kb, queries, t) for kb in args.kb or [Path("kbs/mesh-chemical"), Path("kbs/medic")]
                      for t in args.threads or [1, 2]]
-    OUT.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.output, result)
 
 
 if __name__ == "__main__":

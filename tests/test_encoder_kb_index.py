@@ -793,3 +793,35 @@ def test_shortlist_search_scores_a_query_as_it_does_alone_and_only_where_bf16_is
     assert np.mean([set(a) == set(b) for a, b in zip(fp32[1], together[1])]) > 0.9
     small = VectorIndex.build(data[:999], kind="flat")
     assert "shortlist" not in small.meta  # below SHORTLIST_MIN_NAMES: fp32 only
+
+
+def test_an_amd_cpu_searches_a_mid_sized_index_through_a_shortlist_made_in_memory(small_shortlists, monkeypatch, tmp_path):
+    """Below the stored shortlist's floor, on an AMD CPU with AVX512-BF16 a flat index of at least
+    ``SHORTLIST_MEMORY_MIN_NAMES`` names searches through a bf16 copy made in memory: the exact top k,
+    for vectors of any norm (the largest measured then), and nothing more written to disk."""
+    from spacy_sapbert import machine
+    from spacy_sapbert.index_kinds import flat
+
+    monkeypatch.setattr(flat, "SHORTLIST_MIN_NAMES", 100_000)
+    monkeypatch.setattr(flat, "SHORTLIST_MEMORY_MIN_NAMES", 4000)
+    data, queries = _clustered_with_ties()
+    data = data * np.linspace(0.5, 3.0, len(data), dtype=np.float32)[:, None]  # not unit length
+    index = VectorIndex.build(data, kind="flat")
+    assert "shortlist" not in index.meta
+    used = []
+    monkeypatch.setattr(FlatIndex, "_shortlist_search", lambda self, q, k, f=FlatIndex._shortlist_search: used.append(k) or f(self, q, k))
+    monkeypatch.setattr(machine, "cpu_vendor", lambda: "GenuineIntel")
+    index.search(queries, 20)
+    assert used == []  # measured faster on AMD only
+    monkeypatch.setattr(machine, "cpu_vendor", lambda: "AuthenticAMD")
+    scores, rows = index.search(queries, 20)
+    assert used == [20] and index._max_norm == pytest.approx(float(np.linalg.norm(data, axis=1).max()), rel=1e-6)
+    exact = (queries.astype(np.float64) @ data.astype(np.float64).T).astype(np.float32)
+    expected = np.lexsort((np.broadcast_to(np.arange(len(data)), exact.shape), -exact), axis=1)[:, :20]
+    np.testing.assert_array_equal(rows, expected)
+    np.testing.assert_array_equal(scores, np.take_along_axis(exact, expected, 1))
+    index.to_disk(tmp_path / "idx")
+    assert not (tmp_path / "idx" / flat.SHORTLIST_FILE).exists()
+    used.clear()
+    VectorIndex.build(data[:3999], kind="flat").search(queries, 20)
+    assert used == []  # below the floor: fp32

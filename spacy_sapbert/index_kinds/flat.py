@@ -22,6 +22,12 @@ from .faiss_base import FaissIndex
 # re-scores in fp32 only the names that bf16 rounding could have put in the top k (``FlatIndex._shortlist_search``):
 # the same top k, at twice the speed on the MeSH chemicals (benchmarks/flat_search.py).
 SHORTLIST_MIN_NAMES = 200_000  # below it the fp32 pass is as fast (MEDIC, 72k names: slower with the shortlist)
+# On an AMD CPU with AVX512-BF16 (no AMX) the shortlist pays from fewer names, so there a flat index of at
+# least this many names without a stored bf16 copy searches through one made in memory
+# (``benchmarks/results/flat_search_amd.json``: the 2,713 BC5CDR test mention strings, top 20, ms per query
+# fp32 → shortlist on 1 / 2 threads: MEDIC's 74,978 names 0.647 → 0.335 / 0.336 → 0.208, the HPO KB's
+# 39,474 0.363 → 0.239 / 0.187 → 0.16; the HPO KB's first 30,000 names, ad hoc, were slower on 2 threads).
+SHORTLIST_MEMORY_MIN_NAMES = 35_000
 SHORTLIST_FILE = "shortlist.bf16.npy"  # uint16 bit patterns of bf16, padded with zero rows to whole chunks
 SHORTLIST_CHUNK = 1024  # names per chunk: the search keeps the chunks whose best bf16 score could matter
 TOP_K_CHUNK = 64  # columns per chunk for ``_top_k``: the k chunks with the best maxima hold a row's k best scores
@@ -44,13 +50,14 @@ class FlatIndex(FaissIndex):
     # million names, where its vectors still fit in ~1.5 GB (beyond: ``ivf-pq``).
     auto_names: ClassVar[Optional[Tuple[int, Optional[int]]]] = (0, 1_000_000)
     auto_reason = "exact search, while its float32 vectors fit in memory (~1.5 GB a million names)"
-    transient: ClassVar[Tuple[str, ...]] = ("_gpu_index", "_device_base", "_shortlist", "_scores")
+    transient: ClassVar[Tuple[str, ...]] = ("_gpu_index", "_device_base", "_shortlist", "_scores", "_max_norm")
 
     def __init__(self, index, meta: Dict[str, object]):
         super().__init__(index, meta)
         self._device_base = None  # the float32 vectors copied to the GPU, when one is used
         self._shortlist = None  # the bf16 copy (torch, padded to whole chunks): mapped or made once
         self._scores = None  # the score buffer, kept for the next search (``_scores_out``)
+        self._max_norm: Optional[float] = None  # the largest vector norm, for a bf16 copy made in memory without meta
 
     @classmethod
     def create(cls, kind: str, chunks: Sequence[np.ndarray], dim: int, n: int, seed: int = 0,
@@ -62,8 +69,7 @@ class FlatIndex(FaissIndex):
 
     def add_vectors(self, vectors: np.ndarray) -> None:
         if self.meta.get("shortlist"):
-            norm = float(np.sqrt(np.einsum("nd,nd->n", vectors, vectors, dtype=np.float64).max()))
-            self.meta["max_norm"] = max(float(self.meta["max_norm"]), norm)  # type: ignore[arg-type]
+            self.meta["max_norm"] = max(float(self.meta["max_norm"]), largest_norm(vectors))  # type: ignore[arg-type]
             self._shortlist = None
         super().add_vectors(vectors)
 
@@ -124,22 +130,43 @@ class FlatIndex(FaissIndex):
             self._shortlist = padded
         return self._shortlist
 
+    def _largest_norm(self) -> float:
+        """The largest vector norm: the meta's (a stored shortlist's), else measured once."""
+        if "max_norm" in self.meta:
+            return float(self.meta["max_norm"])  # type: ignore[arg-type]
+        if self._max_norm is None:
+            self._max_norm = largest_norm(self._flat_vectors().numpy())
+        return self._max_norm
+
     def search_vectors(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """Exact search as a torch matmul + top-k over the index's own (possibly mapped) vectors.
 
         Same results as FAISS' flat search and much faster here (``benchmarks/flat_search.py``).
         An index with a bf16 shortlist searches through it where bf16 is the faster choice
-        (``fast_bf16``: AMX; ``_shortlist_search``).
+        (``fast_bf16``: AMX, or AMD's AVX512-BF16; ``_shortlist_search``), and on such an AMD CPU so
+        does one of ``SHORTLIST_MEMORY_MIN_NAMES`` or more without a stored copy (made in memory).
         """
         import torch
 
-        from ..encoder import fast_bf16, fixed_passes
+        from ..encoder import fast_bf16
+        from ..machine import cpu_vendor
 
         n = len(self)
         on_cpu = self.device == "cpu"
-        shortlist = self.meta.get("shortlist") == "bf16" and k <= _whole_chunks(n) // SHORTLIST_CHUNK
+        shortlist = k <= _whole_chunks(n) // SHORTLIST_CHUNK and (
+            self.meta.get("shortlist") == "bf16" or (n >= SHORTLIST_MEMORY_MIN_NAMES and cpu_vendor() == "AuthenticAMD"))
         if on_cpu and shortlist and fast_bf16(torch.device("cpu")):
             return self._shortlist_search(queries, k)
+        return self._fp32_search(queries, k)
+
+    def _fp32_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Exact search in fp32: every name scored (on the GPU where ``use_device`` put the vectors)."""
+        import torch
+
+        from ..encoder import fixed_passes
+
+        n = len(self)
+        on_cpu = self.device == "cpu"
         base = self._flat_vectors()
         if not on_cpu:
             if self._device_base is None:
@@ -186,7 +213,7 @@ class FlatIndex(FaissIndex):
         with torch.inference_mode():
             for q in _query_blocks(queries, block):
                 m = len(q)
-                margin = (2 * SHORTLIST_ERROR * float(self.meta.get("max_norm", 1.0))) * q.norm(dim=1, keepdim=True)  # type: ignore[arg-type]
+                margin = (2 * SHORTLIST_ERROR * self._largest_norm()) * q.norm(dim=1, keepdim=True)
                 passes = fixed_passes({"q": q}, self.pass_queries)["q"].to(torch.bfloat16)
                 buffer, sims = _scores_out(buffer, len(passes), short.shape[0], torch.bfloat16)
                 sims = torch.mm(passes, short.T, out=sims)[:m]
@@ -219,6 +246,13 @@ class FlatIndex(FaissIndex):
                 rows.append(row[top].reshape(m, k))
         self._scores = buffer
         return np.concatenate(scores), np.concatenate(rows).astype(np.int64)
+
+
+def largest_norm(vectors: np.ndarray, block: int = 65536) -> float:
+    """The largest row norm of ``vectors``, a block at a time (they may be memory-mapped)."""
+    squares = [float(np.einsum("nd,nd->n", part, part, dtype=np.float64).max()) for part in
+               (vectors[at : at + block] for at in range(0, len(vectors), block)) if len(part)]
+    return max(squares, default=0.0) ** 0.5
 
 
 def _query_blocks(queries: np.ndarray, block: int):
