@@ -2,8 +2,8 @@
 
     python benchmarks/encoder_precision.py --isa avx2 [--precisions fp32 int8] [--limit 500]
 
-For each precision the encoder can run at (``SapEncoder``'s ``fp32``, ``int8`` (torch's dynamic
-quantisation, fbgemm) and ``bf16`` where oneDNN computes it natively), in this process after ``--isa``
+For each precision the encoder can run at (``SapEncoder``'s ``fp32``, ``int8`` (SmoothQuant-calibrated
+dynamic quantisation, ``spacy_sapbert/int8.py``, fbgemm) and ``bf16`` where oneDNN computes it natively), in this process after ``--isa``
 took effect (``spacy_sapbert.machine.run_as_isa``), the KB vectors being the fp32 ones every time:
 
 * the HPO default (``default_pipeline()``) on GSC+ dev, end to end, scored as ``hpo_default.py``
