@@ -271,10 +271,16 @@ class SapBertLinker(Pipe):
         ``link_strings`` gives it; with ``exact_names`` a KB name scores 1.0 without any search
         (nothing scores above a name's own row), so a detector can score proposals cheaply."""
         keys = [self.normalize(m) for m in mentions]
-        kb = self.linking_kb.kb  # type: ignore[union-attr]  # loaded by normalize
-        named = {k for k in keys if self.exact_names and k and kb.row_of_name(k) is not None}
+        named = {k for k in keys if self._is_name_key(k)}
         found = self._lookup(sorted({k for k in keys if k and k not in named}))
         return [1.0 if k in named else top_score(found.get(k, [])) for k in keys]
+
+    def is_kb_name(self, mention: str) -> bool:
+        """Whether ``mention`` scores 1.0 in ``top_scores`` without a search (``exact_names`` and a KB name)."""
+        return self._is_name_key(self.normalize(mention))
+
+    def _is_name_key(self, key: str) -> bool:
+        return bool(self.exact_names and key and self.linking_kb.kb.row_of_name(key) is not None)  # type: ignore[union-attr]
 
     def _lookup(self, keys: List[str]) -> Dict[str, List[Candidate]]:
         """Candidates of normalised queries: cached ones from the mention cache, the rest searched in one batch."""

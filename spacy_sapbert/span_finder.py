@@ -60,6 +60,17 @@ def resolve_overlaps(spans: Sequence[Tuple[Span, float]], mode: str) -> List[Spa
     return sorted(kept, key=lambda s: s.start)
 
 
+def contained_in_longer(spans: Sequence[Tuple[int, int]]) -> Set[Tuple[int, int]]:
+    """The (start, end) spans that lie inside a longer one of ``spans``, in one sorted pass."""
+    inside: Set[Tuple[int, int]] = set()
+    furthest = -1  # the furthest end of the spans starting before the current start
+    for start, group in itertools.groupby(sorted(set(spans)), key=lambda span: span[0]):
+        ends = [end for _, end in group]
+        inside.update((start, end) for end in ends if end <= furthest or end < ends[-1])
+        furthest = max(furthest, ends[-1])
+    return inside
+
+
 def char_bounds(doc: Doc) -> Tuple[List[int], List[int]]:
     """Each token's first character offset and the offset after its last, as two flat lists. Not a
     list per token: a batch's ~30k small lists live through the encoder's calls, and the garbage
@@ -228,7 +239,8 @@ class SpanFinder(ConfigOnlyPipe):
         The batch's proposals are searched together through the linker's cache, so the linker
         later finds the kept ones there. With ``resolve="longest"`` they are searched longest
         first, and a proposal overlapping an accepted longer one (or, when only ``doc.ents`` is
-        written, an entity an earlier detector set) is never searched: it could not be kept.
+        written, an entity an earlier detector set) is never searched: it could not be kept. With
+        ``resolve="all"`` likewise for what the span group would drop (``_predict_all``).
         """
         texts = [doc.text for doc in docs]
         expanders = [abbreviation_expander(find_abbreviations(text) if self.abbreviations else {}) for text in texts]
@@ -269,6 +281,8 @@ class SpanFinder(ConfigOnlyPipe):
                 return max(scores[q] for q in [whole, *others])
             return max(scores[whole], min(scores[q] for q in others))
 
+        if self.resolve == "all" and self.nested != "all":
+            return self._predict_all(docs, proposals, queries, scored, minimum)
         if self.resolve != "longest":
             scores = self._scores({q for d, props in enumerate(proposals) for p in props for q in queries(d, p)})
             return [
@@ -290,6 +304,54 @@ class SpanFinder(ConfigOnlyPipe):
                 if score >= minimum[kind] and not taken[d].intersection(range(start, end)):
                     taken[d].update(range(start, end))
                     found[d].append((docs[d][start:end], score))
+        return found
+
+    def _predict_all(self, docs: Sequence[Doc], proposals: List[List[ProposalTuple]],
+                     queries: Callable[[int, ProposalTuple], List[str]],
+                     scored: Callable[[int, ProposalTuple, Dict[str, float]], float],
+                     minimum: Dict[str, float]) -> List[List[Tuple[Span, float]]]:
+        """``predict`` for ``resolve="all"`` with ``nested`` "heads" or "coordinations", searching only
+        the proposals that can reach the output.
+
+        Proposals are scored longest first. ``set_annotations`` picks the entities longest first among
+        the accepted spans, and keeps in the span group a span inside a longer accepted one (no
+        coordination) only where it is a KB name ending it (``_nested``). So a proposal that overlaps
+        a longer entity already picked can only reach the span group, and one that the group would
+        drop whatever its score is never searched: one inside a longer accepted span that ends after
+        it, or one ending such a span that is no KB name. The output is what scoring every proposal
+        gives (``tests/test_span_finder.py``); the encoder sees fewer strings.
+        """
+        linker = self._linker()
+        found: List[List[Tuple[Span, float]]] = [[] for _ in docs]
+        picked: List[Set[int]] = [set() for _ in docs]  # the tokens of the entities picked so far
+        covering: List[Dict[int, List[Tuple[int, int]]]] = [{} for _ in docs]  # token -> accepted spans (no coordination) over it
+        lower = [doc.to_array(LOWER).tolist() for doc in docs]
+
+        def needed(d: int, p: ProposalTuple) -> bool:
+            start, end, _ = p
+            if not picked[d].intersection(range(start, end)):
+                return True  # it may be an entity
+            around = covering[d].get(start, [])
+            if any(e > end for _, e in around):
+                return False  # inside a longer accepted span that ends after it: never in the group
+            if any(e == end and s < start for s, e in around):  # it ends one: kept only as a KB name (score 1.0)
+                return self.nested == "heads" and any(linker.is_kb_name(q) for q in queries(d, p))
+            return True
+
+        # a proposal inside no longer one is always needed: those are searched together first, as one batch
+        inner = [contained_in_longer([(start, end) for start, end, _ in props]) for props in proposals]
+        scores = self._scores({q for d, props in enumerate(proposals) for p in props if p[:2] not in inner[d] for q in queries(d, p)})
+        for length in sorted({end - start for props in proposals for start, end, _ in props}, reverse=True):
+            todo = [(d, p) for d, props in enumerate(proposals) for p in props if p[1] - p[0] == length and needed(d, p)]
+            scores.update(self._scores({q for d, p in todo for q in queries(d, p)} - scores.keys()))
+            accepted = [(d, p, score) for d, p in todo if (score := scored(d, p, scores)) >= minimum[p[2]]]
+            for d, (start, end, _), score in sorted(accepted, key=lambda x: (-x[2], x[1][0])):  # as resolve_overlaps picks
+                found[d].append((docs[d][start:end], score))
+                if not picked[d].intersection(range(start, end)):
+                    picked[d].update(range(start, end))
+                if not any(lower[d][i] in COORDINATOR_IDS for i in range(start + 1, end - 1)):
+                    for i in range(start, end):
+                        covering[d].setdefault(i, []).append((start, end))
         return found
 
     def _scores(self, texts: Set[str]) -> Dict[str, float]:

@@ -361,3 +361,52 @@ def test_nested_mentions_in_a_span_group_the_linker_links(kb_path, tiny_bert_pat
         build_pipeline(kb_path, "ruler", encoder=tiny_bert_path, nested="all")
     with pytest.raises(ValueError, match="nested must be one of"):
         finder_nlp(kb_path, tiny_bert_path, resolve="all", spans_key="k", nested="some")
+
+
+@pytest.mark.parametrize("nested", ["heads", "coordinations"])
+@pytest.mark.parametrize("minimum", [0.0, 0.97])
+def test_nested_proposals_the_span_group_would_drop_are_never_searched(kb_path, tiny_bert_path, monkeypatch, nested, minimum):
+    """resolve="all": a proposal inside a longer accepted span that the group drops whatever its score
+    (it ends earlier, or ends it without being a KB name) and that overlaps a longer entity is not
+    searched; entities and span groups are what scoring every proposal gives."""
+    from spacy_sapbert.span_finder import SpanFinder
+
+    texts = ["Severe breast cancer and ovarian cancers with anaemia.",
+             "Abnormality of the left ventricle, type C brachydactyly and tumours of the breast.",
+             "Her breast tumour, breast cancer carcinoma of the breast and cancer."]
+    config = dict(resolve="all", spans_key="mentions", nested=nested, min_exact_score=minimum, min_partial_score=minimum,
+                  min_modified_score=minimum)
+
+    def run():
+        nlp = finder_nlp(kb_path, tiny_bert_path, **config)
+        searched = []
+        finder = nlp.get_pipe("sapbert_span_finder")
+        scores = finder._scores
+        monkeypatch.setattr(finder, "_scores", lambda texts_: searched.extend(texts_) or scores(texts_))
+        docs = list(nlp.pipe(texts))
+        return [([(e.start, e.end) for e in d.ents], [(s.start, s.end) for s in d.spans["mentions"]]) for d in docs], searched
+
+    pruned, searched = run()
+
+    def score_all(self, docs, proposals, queries, scored, minimum):
+        every = self._scores({q for d, props in enumerate(proposals) for p in props for q in queries(d, p)})
+        return [[(docs[d][p[0]:p[1]], score) for p in props if (score := scored(d, p, every)) >= minimum[p[2]]]
+                for d, props in enumerate(proposals)]
+
+    monkeypatch.setattr(SpanFinder, "_predict_all", score_all)
+    everything, searched_all = run()
+    assert pruned == everything
+    assert set(searched) < set(searched_all)  # some proposals were never searched
+
+
+def test_spans_inside_a_longer_one_found_in_one_pass():
+    import random
+
+    from spacy_sapbert.span_finder import contained_in_longer
+
+    assert contained_in_longer([(0, 3), (1, 3), (0, 2), (4, 5), (4, 5), (2, 6)]) == {(1, 3), (0, 2), (4, 5)}
+    rng = random.Random(0)
+    for _ in range(500):
+        spans = [(s, s + rng.randint(1, 5)) for s in (rng.randint(0, 12) for _ in range(rng.randint(0, 12)))]
+        by_pairs = {(s, e) for s, e in spans if any(s2 <= s and e <= e2 and e2 - s2 > e - s for s2, e2 in spans)}
+        assert contained_in_longer(spans) == by_pairs
