@@ -112,8 +112,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     from spacy_sapbert.defaults import default_pipeline
     from spacy_sapbert.encoder import native_bf16, resolve_precision
     from spacy_sapbert.evaluation.datasets import read_gscplus
-    from spacy_sapbert.fileio import write_json
-    from spacy_sapbert.hpo_kb import ENV_CACHE
+    from spacy_sapbert.fileio import ENV_CACHE, write_json
     from spacy_sapbert.machine import machine_description
 
     torch.set_num_threads(args.threads)

@@ -2,14 +2,15 @@
 
     python benchmarks/int8_alpha.py [--isa avx2]
 
-For each alpha, the distinct NCBI-disease + BC5CDR-disease *dev* mentions are encoded by the default
-encoder at int8 (``spacy_sapbert/int8.py``, calibrated on its shipped calibration names) and searched
-in the MEDIC KB (fp32 vectors, ``speed.py``'s cached KB); reported: how many find the same top concept
-as fp32 queries do, and the mean cosine between the int8 and fp32 vectors. ``int8.ALPHA`` is the
-alpha with the most agreement. Torch's plain dynamic quantisation (one scale per weight and per
-activation tensor: the int8 this package had before) is the first row. Dev data only. Writes
-``benchmarks/results/int8_alpha.json`` (``int8_alpha_ISA.json`` with ``--isa``) and the INT8 block of
-benchmarks/README.md (``--render-only``: from that JSON).
+Each distinct NCBI-disease + BC5CDR-disease *dev* mention becomes a Doc whose one entity it is, and
+``nlp.pipe`` links them with ``build_pipeline(MEDIC, "gold")`` (``speed.py``'s cached MEDIC KB, fp32
+vectors), once with the fp32 encoder and once per alpha with the int8 one (``spacy_sapbert/int8.py``,
+calibrated on its shipped names); reported: how many mentions get the concept (``kb_id_``) the fp32
+pipeline gives them, and the mean cosine between the int8 and fp32 vectors of the mentions.
+``int8.ALPHA`` is the alpha with the most agreement. Torch's plain dynamic quantisation (one scale
+per weight and per activation tensor: the int8 this package had before) is a row too. Dev data only.
+Writes ``benchmarks/results/int8_alpha.json`` (``int8_alpha_ISA.json`` with ``--isa``) and the INT8
+block of benchmarks/README.md (``--render-only``: from that JSON).
 """
 from __future__ import annotations
 
@@ -19,28 +20,38 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
+from pipeline_profile import clear_caches  # benchmarks/pipeline_profile.py, beside this script
 from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
 from speed import medic_kb_path  # benchmarks/speed.py, beside this script
+from umls_scale import mention_docs  # benchmarks/umls_scale.py, beside this script
 
 from spacy_sapbert import int8
 from spacy_sapbert.encoder import SapEncoder
 from spacy_sapbert.evaluation.datasets import load_split
 from spacy_sapbert.fileio import read_json, write_json
 from spacy_sapbert.machine import ISA_ENVIRONMENTS, machine_description, run_as_isa
-from spacy_sapbert.search import LinkingKB
+from spacy_sapbert.pipelines import build_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 ALPHAS = (0.5, 0.65, 0.75, 0.8, 0.85, 0.9, 0.95)
 
 
-def agreement(model: torch.nn.Module, encoder: SapEncoder, lkb: LinkingKB, mentions: List[str],
-              reference: np.ndarray, top: List[tuple]) -> Dict[str, float]:
-    """Top-concept agreement with fp32 and the mean cosine, for ``model`` run in ``encoder``'s place."""
-    encoder._model_for_inference = lambda: model  # type: ignore[method-assign]
-    vectors = encoder.encode(mentions)
-    _, rows = lkb.index.search(vectors, 1)
-    same = sum(tuple(lkb.kb.concepts_of_name(int(r))) == t for r, t in zip(rows[:, 0], top))
-    cosine = (vectors * reference).sum(1) / np.linalg.norm(vectors, axis=1)
+def linked(nlp, mentions: List[str]) -> List[str]:
+    """The concept ``nlp.pipe`` gives each mention, its caches emptied first."""
+    clear_caches(nlp)
+    return [doc.ents[0].kb_id_ for doc in nlp.pipe(mention_docs(nlp, mentions), batch_size=512)]
+
+
+def agreement(nlp, model: torch.nn.Module, mentions: List[str], reference: List[str], vectors: np.ndarray) -> Dict[str, float]:
+    """Concept agreement with fp32 through ``nlp.pipe`` with ``model`` as the linker's int8 encoder
+    copy, and the mean cosine of its vectors with fp32's."""
+    linker = nlp.get_pipe("sapbert_linker")
+    linker.ensure_ready()  # loads the KB and the encoder
+    encoder = linker.encoder
+    encoder._model_for_inference = lambda: model  # type: ignore[method-assign]  # this row's int8 copy
+    same = sum(a == b for a, b in zip(linked(nlp, mentions), reference))
+    found = encoder.encode(mentions)
+    cosine = (found * vectors).sum(1) / np.linalg.norm(found, axis=1)
     return {"same_top_concept": int(same), "share": round(same / len(mentions), 4), "mean_cosine": round(float(cosine.mean()), 5)}
 
 
@@ -70,26 +81,25 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     run_as_isa(args.isa)
     torch.set_num_threads(args.threads)
     fp32 = SapEncoder.load(None, device="cpu", precision="fp32")
-    lkb = LinkingKB.from_disk(medic_kb_path(fp32, args.cache))
-    mentions = sorted({lkb.kb.normalize(m.text) for c in ("ncbi-disease", "bc5cdr-disease") for d in load_split(c, "dev") for m in d.mentions})
-    reference = fp32.encode(mentions)
-    _, rows = lkb.index.search(reference, 1)
-    top = [tuple(lkb.kb.concepts_of_name(int(r))) for r in rows[:, 0]]
-    probe = SapEncoder.load(None, device="cpu", precision="fp32")  # its model is swapped per row
+    kb = medic_kb_path(fp32, args.cache)
+    mentions = sorted({m.text for c in ("ncbi-disease", "bc5cdr-disease") for d in load_split(c, "dev") for m in d.mentions})
+    reference = linked(build_pipeline(kb, "gold", linker_config={"precision": "fp32"}), mentions)
+    vectors = fp32.encode(mentions)
+    nlp = build_pipeline(kb, "gold", linker_config={"precision": "int8"})
     maxima = fp32._calibration_maxima()
     from torch.ao.quantization import quantize_dynamic
 
     rows_out: Dict[str, Dict[str, float]] = {
-        "torch dynamic, per tensor (before)": agreement(quantize_dynamic(fp32.model, {torch.nn.Linear}, dtype=torch.qint8).eval(),
-                                                        probe, lkb, mentions, reference, top)}
+        "torch dynamic, per tensor (before)": agreement(nlp, quantize_dynamic(fp32.model, {torch.nn.Linear}, dtype=torch.qint8).eval(),
+                                                        mentions, reference, vectors)}
     for alpha in ALPHAS:
-        rows_out[f"smoothed, alpha {alpha}"] = agreement(int8.smoothed_int8(fp32.model, maxima, alpha), probe, lkb, mentions, reference, top)
+        rows_out[f"smoothed, alpha {alpha}"] = agreement(nlp, int8.smoothed_int8(fp32.model, maxima, alpha), mentions, reference, vectors)
         print(alpha, rows_out[f"smoothed, alpha {alpha}"], flush=True)
     best = max(ALPHAS, key=lambda a: (rows_out[f"smoothed, alpha {a}"]["same_top_concept"], -abs(a - int8.ALPHA)))
     result = {
         "command": "python benchmarks/int8_alpha.py" + (f" --isa {args.isa}" if args.isa != "native" else ""),
         "machine": machine_description(), "threads": args.threads,
-        "mentions": len(mentions), "data": "distinct NCBI-disease + BC5CDR-disease dev mentions, MEDIC KB (fp32 vectors)",
+        "mentions": len(mentions), "data": "distinct NCBI-disease + BC5CDR-disease dev mentions linked by nlp.pipe (gold pipeline, MEDIC KB, fp32 vectors)",
         "calibration_names": len(int8.calibration_texts()), "rows": rows_out, "best_alpha": best, "shipped_alpha": int8.ALPHA,
     }
     write_json(out, result)

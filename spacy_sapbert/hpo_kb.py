@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set, Union
 
 from .encoder import SapEncoder, resolve_encoder_path
-from .fileio import ENV_CACHE, cache_dir, read_json  # noqa: F401 (ENV_CACHE: where tests and benchmarks point the cache)
+from .fileio import cache_dir, read_json
 from .records import ConceptRecord
 from .search import CALIBRATION_KEY, META_FILE, store_calibration
 

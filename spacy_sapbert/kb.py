@@ -348,7 +348,7 @@ class ConceptKB:
         else:
             for f in (*table_files(path / "concept_parents"), path / "concept_parents.rows.npy"):
                 f.unlink(missing_ok=True)
-        write_name_lookup(path, self.n_names)
+        write_name_lookup(path, self.n_names, self.names)
         write_json(path / "kb.json", self.disk_meta())
         for name in V1_FILES:
             (path / name).unlink(missing_ok=True)
@@ -514,12 +514,14 @@ def _where(path: Path, name: str, version: object) -> str:
     return " / ".join(files)
 
 
-def write_name_lookup(folder: Path, n_names: int) -> None:
+def write_name_lookup(folder: Path, n_names: int, names: Optional[Sequence[str]] = None) -> None:
     """Above ``DICT_LOOKUP_NAMES`` names, ``row_of_name``'s hash table saved beside the name table
     (``StringTable.save_lookup``): a loaded KB then answers its first exact-name lookup at once instead
-    of hashing every name (seconds at 7.5M, in every process). A smaller KB keeps none (a dict answers it)."""
+    of hashing every name (seconds at 7.5M, in every process). A smaller KB keeps none (a dict answers it).
+    ``names``: the table just written there, whose hash table is reused where it has one (a KB copied)."""
     if n_names > DICT_LOOKUP_NAMES:
-        StringTable.save_lookup(StringTable.load(folder / "names"), folder / "names")
+        table = names if isinstance(names, StringTable) else StringTable.load(folder / "names")
+        StringTable.save_lookup(table, folder / "names")
     else:
         for f in lookup_files(folder / "names"):
             f.unlink(missing_ok=True)

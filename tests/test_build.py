@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from spacy_sapbert.build import SPOT_CHECK_NAMES, BuildLockedError, build_kb_folder, lock_path, work_path
 from spacy_sapbert.cli import app
+from spacy_sapbert.fileio import ENV_CACHE
 from spacy_sapbert.records import ConceptRecord, InputError
 from spacy_sapbert.search import LinkingKB
 
@@ -94,7 +95,7 @@ def test_build_kb_cli_refuses_while_another_build_holds_the_lock(tmp_path, tiny_
 def test_the_default_kb_cache_is_built_once_when_two_threads_first_use_it(tmp_path, tiny_encoder, monkeypatch):
     from spacy_sapbert import hpo_kb
 
-    monkeypatch.setenv(hpo_kb.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.setenv(ENV_CACHE, str(tmp_path / "cache"))
     monkeypatch.setattr(hpo_kb, "hpo_records", lambda: iter(records(40)))
     gate = gated(tiny_encoder, monkeypatch)
     t1, r1 = in_thread(hpo_kb.default_kb_path, tiny_encoder, progress=False)
@@ -188,7 +189,7 @@ def test_an_int8_encoders_default_kb_is_encoded_at_full_precision(tmp_path, tiny
     from spacy_sapbert import hpo_kb
     from spacy_sapbert.encoder import SapEncoder
 
-    monkeypatch.setenv(hpo_kb.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.setenv(ENV_CACHE, str(tmp_path / "cache"))
     monkeypatch.setattr(hpo_kb, "hpo_records", lambda: iter(records(10)))
     encoder = SapEncoder.load(tiny_bert_path, device="cpu", precision="int8")
     path = hpo_kb.default_kb_path(encoder, progress=False)
