@@ -171,6 +171,29 @@ def snapshot(args: argparse.Namespace) -> None:
         print(f"saved-default (loaded from {args.load_pipeline}): {n} documents")
 
 
+def what_differs(before: Sequence[str], after: Sequence[str]) -> str:
+    """Where two snapshots of one case differ, by kind: the spans with their concepts (offsets, label,
+    ``kb_id_``, ``_.cui``), the order of each kept span's candidate concepts, and the largest change of a
+    top candidate's score. A change in float rounding alone moves scores, and at most candidates that
+    tie or nearly tie; a change of behaviour moves spans or concepts."""
+    def spans(lines: Sequence[str]) -> Dict[Tuple[Any, ...], List[Any]]:
+        found = {}
+        for line in lines:
+            doc = json.loads(line)
+            for group in ("ents", "nested"):
+                for record in doc.get(group, []):
+                    found[(doc["id"], group, *record[:4], record[4])] = record
+        return found
+
+    a, b = spans(before), spans(after)
+    shared = a.keys() & b.keys()
+    reordered = sum([c[0] for c in a[k][5] or []] != [c[0] for c in b[k][5] or []] for k in shared)
+    moved = max((abs(a[k][5][0][2] - b[k][5][0][2]) for k in shared if a[k][5] and b[k][5]), default=0.0)
+    return (f"spans with their concepts: {len(a.keys() - b.keys())} only before, {len(b.keys() - a.keys())} only after, "
+            f"{len(shared)} in both; candidate concepts in another order: {reordered} of {len(shared)}; "
+            f"largest change of a top score: {moved:.2e}")
+
+
 def compare(args: argparse.Namespace) -> int:
     """Every case in ``before`` against ``after`` (and a loaded saved pipeline against the default's case)."""
     before, after = Path(args.before), Path(args.after)
@@ -192,6 +215,7 @@ def compare(args: argparse.Namespace) -> int:
         if len(a) != len(b) or differing:
             failed += 1
             print(f"{new.name}: DIFFERENT ({len(differing)} of {len(a)} documents; {len(a)} vs {len(b)} lines)")
+            print(f"  {what_differs(a, b)}")
             for x, y in differing[:3]:
                 print(f"  before: {x[:400]}\n  after:  {y[:400]}")
         else:

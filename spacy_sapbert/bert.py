@@ -56,8 +56,10 @@ class _Embeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.dropout = nn.Dropout(c.hidden_dropout_prob)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None, :]
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``positions``: each token's place in its text (default: its column)."""
+        if positions is None:
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None, :]
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.LayerNorm(x))
 
@@ -82,6 +84,22 @@ class _SelfAttention(nn.Module):
             dropout_p=self.dropout_p if self.training else 0.0,
         )
         return out.transpose(1, 2).reshape(b, n, d)
+
+    def forward_packed(self, x: torch.Tensor, packing: Packing, first_only: bool) -> torch.Tensor:
+        """``forward`` over packed tokens (T, d): each text's tokens attend to its own only. Keys and
+        values come from every token; queries from every token, or with ``first_only`` from each
+        text's first token alone (b, d)."""
+        b, n, d = len(packing.widths), packing.n, x.shape[-1]
+
+        def heads(t: torch.Tensor, rows: int) -> torch.Tensor:
+            return t.view(b, rows, self.heads, d // self.heads).transpose(1, 2)
+
+        queries = heads(self.query(x[packing.starts]), 1) if first_only else heads(packing.pad(self.query(x)), n)
+        out = nn.functional.scaled_dot_product_attention(
+            queries, heads(packing.pad(self.key(x)), n), heads(packing.pad(self.value(x)), n), attn_mask=packing.key_mask,
+        )
+        out = out.transpose(1, 2).reshape(b, -1, d)
+        return out[:, 0] if first_only else packing.unpad(out)
 
 
 class _Residual(nn.Module):
@@ -126,6 +144,12 @@ class _Layer(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         x = self.attention(x, mask)
+        return self.output(self.intermediate(x), x)
+
+    def forward_packed(self, x: torch.Tensor, packing: Packing, first_only: bool = False) -> torch.Tensor:
+        """``forward`` over packed tokens; with ``first_only``, only each text's first token comes out."""
+        attended = self.attention.self.forward_packed(x, packing, first_only)
+        x = self.attention.output(attended, x[packing.starts] if first_only else x)
         return self.output(self.intermediate(x), x)
 
 
@@ -180,6 +204,18 @@ class BertEncoder(nn.Module):
             x = layer(x, mask)
         return SimpleNamespace(last_hidden_state=x)
 
+    def forward_packed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, packing: Packing,
+                       first_only: bool = False) -> torch.Tensor:
+        """The last hidden states of texts packed end to end (``Packing``): (T, d), or with
+        ``first_only`` each text's first ([CLS]) token's alone (b, d), whose last layer then computes
+        only those rows (its keys and values excepted): [CLS] pooling reads nothing else. The same
+        vectors as ``forward`` to within float rounding (``tests/test_bert.py``)."""
+        x = self.embeddings(input_ids, token_type_ids, packing.positions)
+        layers = self.encoder.layer
+        for i, layer in enumerate(layers):
+            x = layer.forward_packed(x, packing, first_only and i == len(layers) - 1)
+        return x
+
     def save_pretrained(self, folder: PathLike, safe_serialization: bool = True) -> None:
         """``config.json`` and ``model.safetensors``, as transformers writes them (it loads them back)."""
         from safetensors.torch import save_file
@@ -189,6 +225,42 @@ class BertEncoder(nn.Module):
         (folder / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2) + "\n", encoding="utf8")
         state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
         save_file(state, str(folder / WEIGHTS), metadata={"format": "pt"})
+
+
+class Packing:
+    """Where each of b texts lies in a pass packed end to end: text i holds ``widths[i]`` token slots,
+    of which ``attention_mask`` marks the real tokens (padding is attended by no one).
+
+    The Linear layers, nearly all of a short name's FLOPs, run over the T packed slots with no
+    padding to the pass's widest text; attention alone sees the texts as a padded (b, n) block.
+    """
+
+    def __init__(self, widths: Sequence[int], attention_mask: torch.Tensor):
+        device = attention_mask.device
+        self.widths = torch.as_tensor(widths, dtype=torch.long, device=device)
+        self.n = int(self.widths.max())
+        b = len(self.widths)
+        self.starts = torch.cumsum(self.widths, 0) - self.widths
+        self.positions = torch.arange(int(self.widths.sum()), device=device) - torch.repeat_interleave(self.starts, self.widths)
+        # one width: the packed slots already are the (b, n) block, row after row
+        self._slots = None if bool((self.widths == self.n).all()) else (
+            torch.repeat_interleave(torch.arange(b, device=device) * self.n, self.widths) + self.positions)
+        self.mask = self.pad(attention_mask[:, None]).view(b, self.n)  # (b, n): 1 for each text's real tokens
+        self.key_mask = self.mask.bool()[:, None, None, :]
+
+    def pad(self, t: torch.Tensor) -> torch.Tensor:
+        """Packed (T, d) → (b, n, d), zeros in the slots no text has."""
+        b, d = len(self.widths), t.shape[-1]
+        if self._slots is None:
+            return t.view(b, self.n, d)
+        block = t.new_zeros(b * self.n, d)
+        block[self._slots] = t
+        return block.view(b, self.n, d)
+
+    def unpad(self, block: torch.Tensor) -> torch.Tensor:
+        """(b, n, d) → packed (T, d)."""
+        flat = block.reshape(-1, block.shape[-1])
+        return flat if self._slots is None else flat[self._slots]
 
 
 class BertTokenizer:

@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
+from .bert import BertEncoder, Packing, load_bert
 from .fileio import atomic_dir, write_json
 
 SETTINGS_FILE = "sapbert_encoder.json"
@@ -29,6 +30,9 @@ ENV_DEFAULT_ENCODER = "SPACY_SAPBERT_ENCODER"
 # ``encode`` pads each text to its token count rounded up to this, never to the other texts of its call
 PAD_MULTIPLE = 4
 WINDOW_BATCHES = 8  # batches' worth of names tokenised at once (``encode``): bounded memory
+# the most tokens one packed pass holds on the CPU (``encode``): MiniLM's FFN activations of 1,024
+# tokens stay in cache; 2,048 and 4,096 were slower
+PASS_TOKENS = 1024
 
 
 @dataclass
@@ -155,9 +159,9 @@ def resolve_precision(precision: str, device: torch.device, training: bool = Fal
     AMD CPU with AVX512-BF16), else fp32. Measured on an AMX CPU (``benchmarks/speed.py``): bf16 encodes faster than fp32 with
     the same NCBI-disease Acc@1 and a top-5 overlap near 1; int8 (SmoothQuant-calibrated, ``int8.py``)
     costs a little accuracy, so it is never chosen automatically, not even on an AVX2-only CPU where it
-    is the one faster choice (``benchmarks/results/encoder_precision_avx2.json``: the HPO default ran 412.3
-    abstracts per CPU second against fp32's 275.9, GSC+ dev link F1 0.607 -> 0.609 with 1 linked span changed,
-    NCBI-disease dev lenient Acc@1 89.83 -> 89.58; a user opts in with the linker's ``precision``).
+    is the one faster choice (``benchmarks/results/encoder_precision_avx2.json``: the HPO default ran 376.9
+    abstracts per CPU second against fp32's 322.7, GSC+ dev link F1 0.607 -> 0.609 with 1 linked span changed,
+    NCBI-disease dev strict Acc@1 81.45 -> 81.32; a user opts in with the linker's ``precision``).
     Such a CPU has no native bf16 (``native_bf16``), so ``auto`` is fp32 there. Training: ``auto`` is the authors' ``--amp`` (fp16 autocast with loss scaling)
     on CUDA; on the CPU bf16 autocast with AMX (``amx_bf16``), else fp32: self-alignment with bf16
     autocast ran at 1.7x fp32's pairs/s on an AMX Xeon, and slower than fp32 on one with AVX512-BF16 but no AMX
@@ -285,8 +289,6 @@ class SapEncoder:
             settings.max_length = max_length
         loaded = None
         if plain_bert is not False:
-            from .bert import load_bert
-
             loaded = load_bert(folder)
             if loaded is None and plain_bert:
                 raise ValueError(f"{folder}: not a BERT folder that spacy_sapbert.bert loads (pass plain_bert=None)")
@@ -421,15 +423,17 @@ class SapEncoder:
     def encode(self, texts: Sequence[str], batch_size: int = 128, progress: bool = False) -> np.ndarray:
         """Encode ``texts`` to an (n, dim) float32 array, in input order.
 
-        Each text is padded to its own token count rounded up to ``PAD_MULTIPLE`` (``pad_width``),
-        and texts of one width are encoded together, ``batch_size`` at a time, so that padding never
-        depends on the other texts of the call. The CPU's matrix kernels are chosen by the size of
-        the whole product, though, so with MiniLM a row's last bits can still move with the number
-        of rows beside it. With ``pass_rows`` set, every pass holds exactly that many texts (see
-        ``fixed_passes``), and a text's vector depends on the text alone, bit for bit
-        (``tests/test_encoder_kb_index.py``, MiniLM included); ``annotate`` sets it so that one
-        process, several, a resumed run or a cluster give identical output. The order is
-        restored at the end.
+        With the plain BERT (``bert.BertEncoder``, the shipped MiniLM's), texts of any lengths share a
+        pass packed end to end (``bert.Packing``): up to ``batch_size`` texts and, on the CPU,
+        ``PASS_TOKENS`` tokens, with no padding in the Linear layers, and with [CLS] pooling the last
+        layer computes the [CLS] rows alone. Other models pad each text to its own token count
+        rounded up to ``PAD_MULTIPLE`` (``pad_width``) and encode texts of one width together.
+        The CPU's matrix kernels are chosen by the size of the whole product, so with MiniLM a
+        row's last bits can move with the texts beside it. With ``pass_rows`` set, every pass holds
+        exactly that many texts of one width (see ``fixed_passes``), and a text's vector depends on
+        the text alone, bit for bit (``tests/test_encoder_kb_index.py``, MiniLM included);
+        ``annotate`` sets it so that one process, several, a resumed run or a cluster give
+        identical output. The order is restored at the end.
         """
         n = len(texts)
         out = np.zeros((n, self.dim), dtype=np.float32)
@@ -437,8 +441,11 @@ class SapEncoder:
             return out
         model = self._model_for_inference()
         model.eval()
+        packed = isinstance(model, BertEncoder)
+        mixed = packed and self.pass_rows is None and not self.pad_to_max_length  # passes of several widths
+        max_tokens = PASS_TOKENS if mixed and self.device.type == "cpu" else None
         order = sorted(range(n), key=lambda i: len(texts[i]))
-        window = batch_size * WINDOW_BATCHES  # tokenised together, then cut into batches of one width
+        window = batch_size * WINDOW_BATCHES  # tokenised together, then cut into passes
         bar = None
         if progress:
             from tqdm import tqdm
@@ -447,19 +454,39 @@ class SapEncoder:
         for start in range(0, n, window):
             idx = order[start : start + window]
             tokens = self.tokenize([texts[i] for i in idx])
-            widths = [self.pad_width(int(w), tokens["input_ids"].shape[1]) for w in tokens["attention_mask"].sum(1)]
+            lengths = [int(w) for w in tokens["attention_mask"].sum(1)]
+            widths = lengths if mixed else [self.pad_width(w, tokens["input_ids"].shape[1]) for w in lengths]
             tokens = {k: torch.nn.functional.pad(v, (0, max(widths) - v.shape[1])) for k, v in tokens.items()}
             by_width = sorted(range(len(idx)), key=lambda i: widths[i])
-            for part in width_batches([widths[i] for i in by_width], self.pass_rows or batch_size):
+            sorted_widths = [widths[i] for i in by_width]
+            passes = (token_passes(sorted_widths, batch_size, max_tokens) if mixed
+                      else width_batches(sorted_widths, self.pass_rows or batch_size))
+            for part in passes:
                 rows = by_width[part]
-                batch = fixed_passes({k: v[rows, : widths[rows[0]]] for k, v in tokens.items()}, self.pass_rows)
-                vecs = self.forward(batch, model)[: len(rows)]
+                if mixed:
+                    vecs = self.forward_packed({k: torch.cat([v[r, : widths[r]] for r in rows]) for k, v in tokens.items()},
+                                               [widths[r] for r in rows], model)
+                else:
+                    batch = fixed_passes({k: v[rows, : widths[rows[0]]] for k, v in tokens.items()}, self.pass_rows)
+                    vecs = (self.forward_packed({k: v.reshape(-1) for k, v in batch.items()},
+                                                [widths[rows[0]]] * len(batch["input_ids"]), model)
+                            if packed else self.forward(batch, model))[: len(rows)]
                 out[[idx[i] for i in rows]] = vecs.float().cpu().numpy()
             if bar is not None:
                 bar.update(len(idx))
         if bar is not None:
             bar.close()
         return out
+
+    def forward_packed(self, packed: Dict[str, torch.Tensor], widths: Sequence[int], model: BertEncoder) -> torch.Tensor:
+        """``forward`` for texts packed end to end (``bert.Packing``: text i holds ``widths[i]`` of the
+        packed tokens), with the plain BERT; with [CLS] pooling its last layer computes the [CLS] rows alone."""
+        packed = {k: v.to(self.device) for k, v in packed.items()}
+        packing = Packing(widths, packed["attention_mask"])
+        cls = self.settings.pooling == "cls"
+        types = packed.get("token_type_ids", torch.zeros_like(packed["input_ids"]))
+        hidden = model.forward_packed(packed["input_ids"], types, packing, first_only=cls)
+        return self.pool(hidden[:, None] if cls else packing.pad(hidden), packing.mask)
 
     def pad_width(self, length: int, padded: int) -> int:
         """The width a text of ``length`` tokens is encoded at: ``length`` rounded up to
@@ -479,6 +506,19 @@ def fixed_passes(batch: Dict[str, torch.Tensor], rows: Optional[int]) -> Dict[st
     if n > rows:
         raise ValueError(f"a pass of {n} rows does not fit in {rows}")
     return {k: torch.cat([v, v[-1:].expand(rows - n, *v.shape[1:])]) for k, v in batch.items()}
+
+
+def token_passes(widths: Sequence[int], max_rows: int, max_tokens: Optional[int]) -> Iterable[slice]:
+    """Slices of ``widths`` (sorted ascending) into passes of at most ``max_rows`` texts and, when
+    given, ``max_tokens`` tokens (a longer text alone)."""
+    start, tokens = 0, 0
+    for i, width in enumerate(widths):
+        if i > start and (i - start == max_rows or (max_tokens is not None and tokens + width > max_tokens)):
+            yield slice(start, i)
+            start, tokens = i, 0
+        tokens += width
+    if start < len(widths):
+        yield slice(start, len(widths))
 
 
 def width_batches(widths: Sequence[int], batch_size: int) -> Iterable[slice]:

@@ -479,3 +479,22 @@ def test_parts_together_takes_each_sweeps_choice_and_takes_out_one_part_at_a_tim
     with pytest.raises(FileNotFoundError, match="consistency.json.*benchmarks/consistency.py"):
         (tmp_path / "consistency.json").unlink()
         together.chosen_settings(tmp_path, "ncbi-disease", "ontology")
+
+
+def test_behaviour_snapshot_tells_rounding_from_changed_links():
+    """``compare`` sorts a difference: the same spans and concepts with candidates reordered and scores
+    moved (rounding), or a span or concept gone (behaviour)."""
+    snapshot = _load("behaviour_snapshot")
+
+    def line(*spans):
+        return json.dumps({"id": "1", "ents": [list(s) for s in spans], "nested": []})
+
+    cands = [["C1", "a", 0.9, False], ["C2", "b", 0.8, False]]
+    before = [line([0, 5, "D", "C1", "C1", cands, [], None])]
+    rounded = [line([0, 5, "D", "C1", "C1", [["C1", "a", 0.9005, False], ["C2", "b", 0.8, False]], [], None])]
+    reordered = [line([0, 5, "D", "C1", "C1", cands[::-1], [], None])]
+    relinked = [line([0, 5, "D", "C2", "C2", cands[::-1], [], None])]
+    assert snapshot.what_differs(before, rounded).startswith("spans with their concepts: 0 only before, 0 only after, 1 in both")
+    assert "another order: 0 of 1; largest change of a top score: 5.00e-04" in snapshot.what_differs(before, rounded)
+    assert "another order: 1 of 1" in snapshot.what_differs(before, reordered)
+    assert "1 only before, 1 only after, 0 in both" in snapshot.what_differs(before, relinked)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_sapbert.bert import BertEncoder, load_bert
-from spacy_sapbert.encoder import SapEncoder
+from spacy_sapbert.bert import BertEncoder, Packing, load_bert
+from spacy_sapbert.encoder import SapEncoder, token_passes
 
 TEXTS = [
     "diabetes mellitus type 2",
@@ -54,6 +54,35 @@ def test_mean_pooling_and_dropout_follow_train_mode(tiny_bert_path):
     assert not torch.equal(plain.forward(batch), plain.forward(batch))  # dropout is on in train mode
     plain.model.eval()
     assert torch.equal(plain.forward(batch), plain.forward(batch))
+
+
+@pytest.mark.parametrize("slots", ["exact", "padded"])
+def test_packed_forward_is_the_padded_forward(tiny_bert_path, slots):
+    """Texts packed end to end (``Packing``) give the padded batch's hidden states, each text attending
+    to its own real tokens only; ``first_only`` gives the [CLS] rows alone. ``padded``: every text
+    holds the widest's slots, its padding included (annotate's one-width passes)."""
+    model, tokenizer = load_bert(tiny_bert_path)
+    batch = tokenizer(TEXTS[:4] + TEXTS[6:8], max_length=12)
+    lengths = batch["attention_mask"].sum(1).tolist()
+    widths = lengths if slots == "exact" else [batch["input_ids"].shape[1]] * len(lengths)
+    packed = {k: torch.cat([v[i, :w] for i, w in enumerate(widths)]) for k, v in batch.items()}
+    packing = Packing(widths, packed["attention_mask"])
+    assert packing.mask.tolist() == batch["attention_mask"][:, : max(widths)].tolist()
+    with torch.inference_mode():
+        padded = model(**batch).last_hidden_state
+        hidden = packing.pad(model.forward_packed(packed["input_ids"], packed["token_type_ids"], packing))
+        first = model.forward_packed(packed["input_ids"], packed["token_type_ids"], packing, first_only=True)
+    for i, n in enumerate(lengths):
+        torch.testing.assert_close(hidden[i, :n], padded[i, :n], atol=2e-6, rtol=0)
+    torch.testing.assert_close(first, padded[:, 0], atol=2e-6, rtol=0)
+    assert torch.equal(packing.unpad(packing.pad(packed["input_ids"][:, None]))[:, 0], packed["input_ids"])
+
+
+def test_token_passes_hold_at_most_the_rows_and_tokens_given():
+    widths = [3, 3, 5, 5, 5, 9, 9, 30]
+    assert list(token_passes(widths, 3, 12)) == [slice(0, 3), slice(3, 5), slice(5, 6), slice(6, 7), slice(7, 8)]
+    assert list(token_passes(widths, 4, None)) == [slice(0, 4), slice(4, 8)]
+    assert list(token_passes([], 4, 10)) == []
 
 
 def test_saved_folder_loads_in_transformers_with_the_same_fingerprint(tiny_bert_path, tmp_path):
