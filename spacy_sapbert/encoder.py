@@ -27,7 +27,8 @@ PRECISIONS = ("auto", "fp32", "bf16", "int8")  # encoding
 TRAINING_PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # the trainer's autocast
 DEFAULT_ENCODER = "minilm"  # resolved by ``resolve_encoder_path``
 ENV_DEFAULT_ENCODER = "SPACY_SAPBERT_ENCODER"
-# ``encode`` pads each text to its token count rounded up to this, never to the other texts of its call
+# where ``encode`` pads (passes of one width: annotate's fixed passes, other models than the plain BERT),
+# each text to its token count rounded up to this, never to the other texts of its call
 PAD_MULTIPLE = 4
 WINDOW_BATCHES = 8  # batches' worth of names tokenised at once (``encode``): bounded memory
 # the most tokens one packed pass holds on the CPU (``encode``): MiniLM's FFN activations of 1,024
@@ -459,9 +460,7 @@ class SapEncoder:
             tokens = {k: torch.nn.functional.pad(v, (0, max(widths) - v.shape[1])) for k, v in tokens.items()}
             by_width = sorted(range(len(idx)), key=lambda i: widths[i])
             sorted_widths = [widths[i] for i in by_width]
-            passes = (token_passes(sorted_widths, batch_size, max_tokens) if mixed
-                      else width_batches(sorted_widths, self.pass_rows or batch_size))
-            for part in passes:
+            for part in passes(sorted_widths, self.pass_rows or batch_size, max_tokens=max_tokens, one_width=not mixed):
                 rows = by_width[part]
                 if mixed:
                     vecs = self.forward_packed({k: torch.cat([v[r, : widths[r]] for r in rows]) for k, v in tokens.items()},
@@ -508,23 +507,15 @@ def fixed_passes(batch: Dict[str, torch.Tensor], rows: Optional[int]) -> Dict[st
     return {k: torch.cat([v, v[-1:].expand(rows - n, *v.shape[1:])]) for k, v in batch.items()}
 
 
-def token_passes(widths: Sequence[int], max_rows: int, max_tokens: Optional[int]) -> Iterable[slice]:
-    """Slices of ``widths`` (sorted ascending) into passes of at most ``max_rows`` texts and, when
-    given, ``max_tokens`` tokens (a longer text alone)."""
+def passes(widths: Sequence[int], max_rows: int, *, max_tokens: Optional[int] = None, one_width: bool = False) -> Iterable[slice]:
+    """Slices of ``widths`` (sorted ascending) into passes of at most ``max_rows`` texts, with
+    ``max_tokens`` at most that many tokens (a longer text alone), with ``one_width`` of one width each."""
     start, tokens = 0, 0
     for i, width in enumerate(widths):
-        if i > start and (i - start == max_rows or (max_tokens is not None and tokens + width > max_tokens)):
+        full = i - start == max_rows or (max_tokens is not None and tokens + width > max_tokens)
+        if i > start and (full or (one_width and width != widths[start])):
             yield slice(start, i)
             start, tokens = i, 0
         tokens += width
     if start < len(widths):
         yield slice(start, len(widths))
-
-
-def width_batches(widths: Sequence[int], batch_size: int) -> Iterable[slice]:
-    """Slices of ``widths`` (sorted ascending) into batches of one width and at most ``batch_size``."""
-    start = 0
-    for i in range(1, len(widths) + 1):
-        if i == len(widths) or i - start == batch_size or widths[i] != widths[start]:
-            yield slice(start, i)
-            start = i

@@ -32,10 +32,10 @@ from .encoder import (
     DEFAULT_ENCODER,
     fixed_passes,
     inference_copy,
+    passes,
     resolve_encoder_path,
     resolve_precision,
     select_device,
-    width_batches,
 )
 from .fileio import atomic_path, folder_from_bytes, folder_to_bytes, read_json, write_json
 from .overlap import pipe_predicted
@@ -379,7 +379,7 @@ class TransformerTagger(Pipe):
         # width; with ``pass_windows``, in passes of exactly that many (see SapEncoder.encode)
         windows.sort(key=lambda w: len(w.ids))
         widths = [-(-len(w.ids) // PAD_MULTIPLE) * PAD_MULTIPLE for w in windows]
-        for part in width_batches(widths, self.pass_windows or self.batch_size):
+        for part in passes(widths, self.pass_windows or self.batch_size, one_width=True):
             batch = windows[part]
             ids, mask = self.batch_tensors(batch, widths[part.start])
             padded = fixed_passes({"ids": ids, "mask": mask}, self.pass_windows)

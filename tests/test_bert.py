@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from spacy_sapbert.bert import BertEncoder, Packing, load_bert
-from spacy_sapbert.encoder import SapEncoder, token_passes
+from spacy_sapbert.encoder import SapEncoder, passes
 
 TEXTS = [
     "diabetes mellitus type 2",
@@ -78,11 +78,12 @@ def test_packed_forward_is_the_padded_forward(tiny_bert_path, slots):
     assert torch.equal(packing.unpad(packing.pad(packed["input_ids"][:, None]))[:, 0], packed["input_ids"])
 
 
-def test_token_passes_hold_at_most_the_rows_and_tokens_given():
+def test_passes_hold_at_most_the_rows_and_tokens_given_and_one_width_where_asked():
     widths = [3, 3, 5, 5, 5, 9, 9, 30]
-    assert list(token_passes(widths, 3, 12)) == [slice(0, 3), slice(3, 5), slice(5, 6), slice(6, 7), slice(7, 8)]
-    assert list(token_passes(widths, 4, None)) == [slice(0, 4), slice(4, 8)]
-    assert list(token_passes([], 4, 10)) == []
+    assert list(passes(widths, 3, max_tokens=12)) == [slice(0, 3), slice(3, 5), slice(5, 6), slice(6, 7), slice(7, 8)]
+    assert list(passes(widths, 4)) == [slice(0, 4), slice(4, 8)]
+    assert list(passes(widths, 2, one_width=True)) == [slice(0, 2), slice(2, 4), slice(4, 5), slice(5, 7), slice(7, 8)]
+    assert list(passes([], 4, max_tokens=10)) == []
 
 
 def test_saved_folder_loads_in_transformers_with_the_same_fingerprint(tiny_bert_path, tmp_path):
