@@ -204,25 +204,22 @@ def measured(run: Callable[[], Any], counter: Counter, linkers: Sequence[Any]) -
 
 
 def gold_span_run(counter: Counter, cache: Path) -> Dict[str, Any]:
-    import spacy
-    from speed import gold_docs, medic_kb_path  # benchmarks/speed.py, beside this script
+    from speed import gold_docs, linker_pipeline, medic_kb_path  # benchmarks/speed.py, beside this script
 
     from spacy_sapbert.encoder import SapEncoder
     from spacy_sapbert.evaluation.datasets import load_split
-    from spacy_sapbert.linker import SapBertLinker
     from spacy_sapbert.search import LinkingKB
 
     encoder = SapEncoder.load(None, device="cpu")
     lkb = LinkingKB.from_disk(medic_kb_path(encoder, cache))
-    nlp = spacy.blank("en")
-    linker = SapBertLinker(nlp.vocab)
-    linker.set_kb(lkb, encoder)
+    nlp = linker_pipeline(lkb, encoder)
+    linker = nlp.get_pipe("sapbert_linker")
     docs = gold_docs(nlp, load_split("ncbi-disease", "test"))
     n = sum(len(linker.spans_to_link(d)) for d in docs)
 
     def run() -> None:
         linker._cache.clear()
-        for _ in linker.pipe(iter(docs), batch_size=128):
+        for _ in nlp.pipe(docs, batch_size=128):
             pass
 
     run()  # warm-up

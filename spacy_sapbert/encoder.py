@@ -403,9 +403,9 @@ class SapEncoder:
         return self._inference_model
 
     def _calibration_maxima(self) -> Dict[str, torch.Tensor]:
-        """The fp32 model's Linear input maxima over the int8 calibration names (``int8.py``), encoded
-        in batches of similar length as ``encode`` batches them; measured once per encoder and kept in
-        the user cache folder (``int8.maxima_file``)."""
+        """The fp32 model's Linear input maxima over the int8 calibration names (``int8.py``), run through
+        the padded forward in length-sorted batches of ``CALIBRATION_BATCH`` (padding rows included);
+        measured once per encoder and kept in the user cache folder (``int8.maxima_file``)."""
         from .int8 import CALIBRATION_BATCH, activation_maxima, cached_maxima, calibration_texts, maxima_file
 
         def measure() -> Dict[str, torch.Tensor]:
@@ -483,7 +483,7 @@ class SapEncoder:
         packed = {k: v.to(self.device) for k, v in packed.items()}
         packing = Packing(widths, packed["attention_mask"])
         cls = self.settings.pooling == "cls"
-        types = packed.get("token_type_ids", torch.zeros_like(packed["input_ids"]))
+        types = packed["token_type_ids"] if "token_type_ids" in packed else torch.zeros_like(packed["input_ids"])
         hidden = model.forward_packed(packed["input_ids"], types, packing, first_only=cls)
         return self.pool(hidden[:, None] if cls else packing.pad(hidden), packing.mask)
 

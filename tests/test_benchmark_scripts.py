@@ -498,3 +498,20 @@ def test_behaviour_snapshot_tells_rounding_from_changed_links():
     assert "another order: 0 of 1; largest change of a top score: 5.00e-04" in snapshot.what_differs(before, rounded)
     assert "another order: 1 of 1" in snapshot.what_differs(before, reordered)
     assert "1 only before, 1 only after, 0 in both" in snapshot.what_differs(before, relinked)
+
+
+def test_speed_times_nlp_pipe_of_a_pipeline_holding_the_linker(kb_folder, tiny_encoder, monkeypatch):
+    """``speed.py``'s rates are ``nlp.pipe``'s, as users run it: the docs come back linked, and the
+    rate counts the linked spans."""
+    from spacy_sapbert.records import ConceptRecord
+    from spacy_sapbert.search import LinkingKB
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    speed = _load("speed")
+    umls_scale = _load("umls_scale")
+    lkb = LinkingKB.from_disk(kb_folder([ConceptRecord("C1", "asthma", ()), ConceptRecord("C2", "fever", ())]))
+    nlp = speed.linker_pipeline(lkb, tiny_encoder, cache_size=0)
+    assert nlp.pipe_names == ["sapbert_linker"] and nlp.get_pipe("sapbert_linker").cache_size == 0
+    docs = umls_scale.mention_docs(nlp, ["asthma", "fever", "asthma attack"])
+    assert speed.pipe_rate(nlp, docs, repeats=1) > 0
+    assert [d.ents[0]._.cui for d in docs[:2]] == ["C1", "C2"]
