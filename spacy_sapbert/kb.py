@@ -33,7 +33,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .fileio import read_json, write_json
-from .normalize import normalize_name
+from .normalize import WORD, name_words, normalize_name, word_key
 from .records import ConceptRecord
 from .strings import SEP, ListTable, StringTable, first_decrease, load_npy, lookup_files, save_npy, table_files
 
@@ -120,6 +120,7 @@ class ConceptKB:
         self.concept_parents = concept_parents
         self._row_of_id: Optional[Dict[str, int]] = None
         self._row_of_name: Optional[Dict[str, int]] = None
+        self._row_of_words: Optional[Dict[Tuple[str, ...], int]] = None
         self._name_counts: Optional[np.ndarray] = None
         self._fingerprint: Optional[str] = None  # cached only for read-only (loaded) tables
 
@@ -263,6 +264,26 @@ class ConceptKB:
         if self._row_of_name is None:
             self._row_of_name = {n: i for i, n in enumerate(self.names)}
         return self._row_of_name.get(key)
+
+    def row_of_variant(self, text: str) -> Optional[int]:
+        """The row of the name that ``text`` spells another way, or None: its words are the name's up to
+        case, punctuation, number and British spelling (``normalize.name_words``: "haematuria" and
+        "retinopathies" are *Hematuria* and *Retinopathy*). None where names of different concepts
+        share those words, in a KB that keeps case, and above ``DICT_LOOKUP_NAMES`` names (the
+        words of every name would be a second table that large). The first such name's row."""
+        if not self.lowercase or len(self.names) > DICT_LOOKUP_NAMES:
+            return None
+        if self._row_of_words is None:
+            rows: Dict[Tuple[str, ...], int] = {}
+            keys: Dict[str, str] = {}  # word -> word_key: names share most of their words
+            for i, name in enumerate(self.names):  # stored normalised: name_words without normalising again
+                words = tuple([keys[w] if w in keys else keys.setdefault(w, word_key(w)) for w in WORD.findall(name)])
+                first = rows.setdefault(words, i)
+                if first >= 0 and first != i and set(self.concepts_of_name(first).tolist()) != set(self.concepts_of_name(i).tolist()):
+                    rows[words] = -1
+            self._row_of_words = rows
+        row = self._row_of_words.get(tuple(name_words(text)), -1)
+        return row if row >= 0 else None
 
     def normalize(self, text: str) -> str:
         """A name or query as this KB's name table stores it: the one rule for KB rows and mention queries."""

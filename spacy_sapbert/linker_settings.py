@@ -34,7 +34,9 @@ class LinkerSettings:
     priors, then the concept with the most names; ``ConceptKB.concepts_of_name``) or ``"none"``
     (nothing: the linker does not guess; the candidates list them all). ``exact_names``: a query
     that is a KB name is searched with the vector the index stores for that name (what the encoder
-    gave the same string when the KB was built) instead of being encoded again; turn it off where
+    gave the same string when the KB was built) instead of being encoded again, and so is one that
+    spells a KB name another way (number, British spelling, punctuation: ``ConceptKB.row_of_variant``;
+    that name then scores just below an exact name's 1.0); turn it off where
     the query vector must come from the encoder (e.g. a reranker that reads the mention's context).
     ``fusion_weight``: w in [0, 1) mixes a character 3-gram TF-IDF score into the nearest names'
     scores, (1 - w) × dense + w × sparse (``LinkingKB.candidates``); None: the weight chosen on dev

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import string
 import unicodedata
-from typing import FrozenSet, Iterable
+from typing import FrozenSet, Iterable, List
 
 _WS = re.compile(r"\s+")
 _PUNCT_RUN = re.compile(r"[\s{}]+".format(re.escape(string.punctuation)))
@@ -81,3 +81,8 @@ def word_key(word: str) -> str:
 def content_keys(words: Iterable[str]) -> FrozenSet[str]:
     """The keys of the words that are not function words."""
     return frozenset(word_key(w) for w in words if w.lower() not in STOPWORDS)
+
+
+def name_words(name: str) -> List[str]:
+    """A name's words as the span finder compares them: normalised, then ``word_key``."""
+    return [word_key(w) for w in WORD.findall(normalize_name(name))]

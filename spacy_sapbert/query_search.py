@@ -45,6 +45,7 @@ def query_vectors(linking_kb: LinkingKB, encoder: SapEncoder, keys: Sequence[str
     then answers it without a search."""
     kb = linking_kb.kb
     rows = [kb.row_of_name(k) for k in keys] if exact_names else [None] * len(keys)
+    rows = [kb.row_of_variant(k) if row is None and exact_names else row for k, row in zip(keys, rows)]
     named = [i for i, row in enumerate(rows) if row is not None]
     stored = linking_kb.index.stored_vectors([rows[i] for i in named]) if named else None
     if stored is None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from .fileio import read_json, write_json
-from .normalize import STOPWORDS, WORD, normalize_name, word_key
+from .normalize import STOPWORDS, name_words
 from .records import ConceptRecord, InputError
 
 TABLE_FORMAT = "spacy-sapbert-word-variants"
@@ -55,11 +55,6 @@ ARTICLES = frozenset({"a", "an", "the"})
 MIN_CONTENT_WORDS = 2
 
 Pair = Tuple[str, str]
-
-
-def name_words(name: str) -> List[str]:
-    """A name's words as the span finder compares them: normalised, then ``word_key``."""
-    return [word_key(w) for w in WORD.findall(normalize_name(name))]
 
 
 def content_words(words: Sequence[str]) -> List[str]:

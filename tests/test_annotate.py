@@ -379,6 +379,11 @@ def test_a_cache_of_another_linker_is_refused(tmp_path, kb):
         other_linker.load_cache(tmp_path / "c.json")
     (fresh,) = prepare_pipeline(PipelineSpec(kb=str(kb), detector="ruler").load(), 1000)
     assert fresh.load_cache(tmp_path / "c.json") == 2 and fresh.link_strings(["fits"]) == linker.link_strings(["fits"])
+    saved = json.loads((tmp_path / "c.json").read_text())
+    del saved["key"]["name_lookup"]  # saved before names spelt another way were looked up: those were encoded
+    (tmp_path / "old.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match="caches the mentions of another linker"):
+        fresh.load_cache(tmp_path / "old.json")
 
 
 def test_a_worker_keeps_the_words_of_its_first_documents_only(kb, monkeypatch):

@@ -206,6 +206,17 @@ def test_kb_keeps_one_row_per_name_with_all_its_concepts():
     assert kb.names_of_concept("D2") == ["Myocardial infarction", "heart attack", "MI"]
 
 
+def test_a_name_spelt_another_way_finds_its_row_unless_its_words_name_other_concepts_too():
+    kb = ConceptKB.from_records(RECORDS + [R("D5", "Renal tumor", ["Renal tumors", "Tumor of kidney"]), R("D6", "AIDS"), R("D7", "Aid")])
+    row = kb.row_of_name
+    assert kb.row_of_variant("Renal tumours") == row("renal tumor")  # both names are D5's: the first
+    assert kb.row_of_variant("tumours of  kidney") == row("tumor of kidney")
+    assert kb.row_of_variant("Diabetes-mellitus") == row("diabetes mellitus")
+    assert kb.row_of_variant("AIDs.") is None  # "aids" and "aid" have the same words: two concepts
+    assert kb.row_of_variant("renal tumor growth") is None and kb.row_of_variant("") is None
+    assert ConceptKB.from_records(RECORDS, lowercase=False).row_of_variant("diabetes-mellitus") is None  # case kept: no guessing
+
+
 def test_an_ambiguous_names_concepts_come_likeliest_first(tmp_path):
     """Priors decide first, then the number of names, then record order (D2 and D3 share "MI")."""
     row = lambda kb: kb.row_of_name("MI")  # noqa: E731

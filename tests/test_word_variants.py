@@ -8,6 +8,7 @@ import pytest
 
 from spacy_sapbert.build import build_kb_folder
 from spacy_sapbert.kb import ConceptKB
+from spacy_sapbert.normalize import name_words
 from spacy_sapbert.records import ConceptRecord, InputError
 from spacy_sapbert.word_variants import (
     GENERATED_FILE,
@@ -18,7 +19,6 @@ from spacy_sapbert.word_variants import (
     generated_names,
     load_table,
     mine_word_variants,
-    name_words,
     save_table,
     variant_records,
 )
