@@ -515,3 +515,33 @@ def test_speed_times_nlp_pipe_of_a_pipeline_holding_the_linker(kb_folder, tiny_e
     docs = umls_scale.mention_docs(nlp, ["asthma", "fever", "asthma attack"])
     assert speed.pipe_rate(nlp, docs, repeats=1) > 0
     assert [d.ents[0]._.cui for d in docs[:2]] == ["C1", "C2"]
+
+
+def test_dev_before_after_runs_each_evaluation_in_each_checkout_and_keeps_its_figures(tmp_path, monkeypatch):
+    """Each ``evaluate`` runs with the checkout it measures as working directory (``-m`` imports its
+    code); the old checkout gets this one's KB cache; the figures are read from the printed JSON."""
+    script = _load("dev_before_after")
+    before = tmp_path / "before"
+    before.mkdir()
+    calls = []
+
+    real_run = script.subprocess.run
+
+    def run(command, *args, cwd=None, env=None, **kw):
+        if command[0] == "git":
+            return type("Done", (), {"stdout": "abc1234\n"})()
+        if "spacy_sapbert" not in command:
+            return real_run(command, *args, cwd=cwd, env=env, **kw)  # machine_description's own look
+        calls.append((Path(cwd), command))
+        score = 0.5 if Path(cwd) == before else 0.6
+        out = {"lenient_acc@1": score, "n_queries": 7} if "--end-to-end" not in command else {"link_f1": score, "label": "x"}
+        return type("Done", (), {"stdout": json.dumps(out)})()
+
+    monkeypatch.setattr(script.subprocess, "run", run)
+    result = script.main(["--before-code", str(before), "--output", str(tmp_path / "out.json")])
+    assert len(calls) == 2 * len(script.DATASETS) * len(script.RUNS)
+    assert {cwd for cwd, _ in calls[::2]} == {before.resolve()} and {cwd for cwd, _ in calls[1::2]} == {script.ROOT}
+    assert all(c[1][c[1].index("--split") + 1] == "dev" for c in calls)
+    first, e2e = result["rows"][0], result["rows"][2]
+    assert first["before"] == {"lenient_acc@1": 0.5} and first["after"] == {"lenient_acc@1": 0.6}
+    assert e2e["after"] == {"link_f1": 0.6} and result["before_commit"] == "abc1234" and json.loads((tmp_path / "out.json").read_text())["rows"] == result["rows"]
