@@ -1,5 +1,5 @@
 """Exact search: the faiss-cpu wheel's IndexFlatIP.search versus our torch matmul + top-k path, and
-on real KBs our fp32 path versus the bf16 shortlist (``VectorIndex._shortlist_search``) and versus
+on real KBs our fp32 path versus the bf16 shortlist (``VectorIndex.shortlist_search``) and versus
 itself selecting with ``torch.topk`` over every column instead of ``_top_k``.
 
     python benchmarks/flat_search.py      # random vectors (75,000 x 384), then kbs/mesh-chemical and kbs/medic
@@ -62,17 +62,17 @@ def real_kb(kb: Path, queries: np.ndarray, threads: int, k: int = 20) -> Dict[st
     with_shortlist = dict(index.meta)
     without = {key: v for key, v in with_shortlist.items() if key != "shortlist"}
     index.meta = without
-    fp32 = index._fp32_search(queries, k)
-    fp32_s = median_time(lambda: index._fp32_search(queries, k), 3)
+    fp32 = index.fp32_search(queries, k)
+    fp32_s = median_time(lambda: index.fp32_search(queries, k), 3)
     chunked, index_module._top_k = index_module._top_k, lambda sims, n: torch.topk(sims, n, dim=1)
     try:  # the same fp32 path selecting with torch.topk over every column, as it did before _top_k
-        full = index._fp32_search(queries, k)
-        full_s = median_time(lambda: index._fp32_search(queries, k), 3)
+        full = index.fp32_search(queries, k)
+        full_s = median_time(lambda: index.fp32_search(queries, k), 3)
     finally:
         index_module._top_k = chunked
     index.meta = with_shortlist  # the shortlist path itself, whether or not ``fast_bf16`` would choose it here
-    short = index._shortlist_search(queries, k)
-    short_s = median_time(lambda: index._shortlist_search(queries, k), 3)
+    short = index.shortlist_search(queries, k)
+    short_s = median_time(lambda: index.shortlist_search(queries, k), 3)
     same = float(np.mean([set(a) == set(b) for a, b in zip(fp32[1], short[1])]))
     row = {
         "kb": str(kb), "names": len(index), "shortlist_on_disk": stored, "queries": len(queries), "threads": threads, "k": k,

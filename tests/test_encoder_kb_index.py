@@ -756,7 +756,7 @@ def test_shortlist_search_returns_the_exact_top_k_and_refuses_a_damaged_copy(sma
     index = VectorIndex.build(data, kind="flat")
     assert index.meta["shortlist"] == "bf16"
     used = []
-    monkeypatch.setattr(FlatIndex, "_shortlist_search", lambda self, q, k, f=FlatIndex._shortlist_search: used.append(k) or f(self, q, k))
+    monkeypatch.setattr(FlatIndex, "shortlist_search", lambda self, q, k, f=FlatIndex.shortlist_search: used.append(k) or f(self, q, k))
     scores, rows = index.search(queries, 20)
     assert used == [20]
     exact = (queries.astype(np.float64) @ data.astype(np.float64).T).astype(np.float32)
@@ -802,7 +802,7 @@ def test_shortlist_search_scores_a_query_as_it_does_alone_and_only_where_bf16_is
             part = index.search(queries[start : start + size], 10)
             assert (part[0] == together[0][start : start + size]).all() and (part[1] == together[1][start : start + size]).all()
     monkeypatch.setattr(encoder_module, "fast_bf16", lambda device: False)
-    monkeypatch.setattr(FlatIndex, "_shortlist_search", lambda *a: pytest.fail("bf16 pass on a CPU where bf16 is slower"))
+    monkeypatch.setattr(FlatIndex, "shortlist_search", lambda *a: pytest.fail("bf16 pass on a CPU where bf16 is slower"))
     fp32 = index.search(queries, 10)
     np.testing.assert_allclose(fp32[0], together[0], atol=1e-6)  # the same top k (fp32 orders ties its own way)
     assert np.mean([set(a) == set(b) for a, b in zip(fp32[1], together[1])]) > 0.9
@@ -824,7 +824,7 @@ def test_an_amd_cpu_searches_a_mid_sized_index_through_a_shortlist_made_in_memor
     index = VectorIndex.build(data, kind="flat")
     assert "shortlist" not in index.meta
     used = []
-    monkeypatch.setattr(FlatIndex, "_shortlist_search", lambda self, q, k, f=FlatIndex._shortlist_search: used.append(k) or f(self, q, k))
+    monkeypatch.setattr(FlatIndex, "shortlist_search", lambda self, q, k, f=FlatIndex.shortlist_search: used.append(k) or f(self, q, k))
     monkeypatch.setattr(machine, "cpu_vendor", lambda: "GenuineIntel")
     index.search(queries, 20)
     assert used == []  # measured faster on AMD only

@@ -19,7 +19,7 @@ from .faiss_base import FaissIndex
 
 # A flat index of at least this many names keeps a bf16 copy of its vectors (``SHORTLIST_FILE``):
 # where bf16 is the faster choice (``fast_bf16``: AMX), exact search scores every name in bf16 first and
-# re-scores in fp32 only the names that bf16 rounding could have put in the top k (``FlatIndex._shortlist_search``):
+# re-scores in fp32 only the names that bf16 rounding could have put in the top k (``FlatIndex.shortlist_search``):
 # the same top k, at twice the speed on the MeSH chemicals (benchmarks/flat_search.py).
 SHORTLIST_MIN_NAMES = 200_000  # below it the fp32 pass is as fast (MEDIC, 72k names: slower with the shortlist)
 # On an AMD CPU with AVX512-BF16 (no AMX) the shortlist pays from fewer names, so there a flat index of at
@@ -143,7 +143,7 @@ class FlatIndex(FaissIndex):
 
         Same results as FAISS' flat search and much faster here (``benchmarks/flat_search.py``).
         An index with a bf16 shortlist searches through it where bf16 is the faster choice
-        (``fast_bf16``: AMX, or AMD's AVX512-BF16; ``_shortlist_search``), and on such an AMD CPU so
+        (``fast_bf16``: AMX, or AMD's AVX512-BF16; ``shortlist_search``), and on such an AMD CPU so
         does one of ``SHORTLIST_MEMORY_MIN_NAMES`` or more without a stored copy (made in memory).
         """
         import torch
@@ -156,11 +156,12 @@ class FlatIndex(FaissIndex):
         shortlist = k <= _whole_chunks(n) // SHORTLIST_CHUNK and (
             self.meta.get("shortlist") == "bf16" or (n >= SHORTLIST_MEMORY_MIN_NAMES and cpu_vendor() == "AuthenticAMD"))
         if on_cpu and shortlist and fast_bf16(torch.device("cpu")):
-            return self._shortlist_search(queries, k)
-        return self._fp32_search(queries, k)
+            return self.shortlist_search(queries, k)
+        return self.fp32_search(queries, k)
 
-    def _fp32_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
-        """Exact search in fp32: every name scored (on the GPU where ``use_device`` put the vectors)."""
+    def fp32_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Exact search in fp32: every name scored (on the GPU where ``use_device`` put the vectors). One of
+        the two paths ``search_vectors`` chooses from; public so that each can be timed alone."""
         import torch
 
         from ..encoder import fixed_passes
@@ -190,7 +191,7 @@ class FlatIndex(FaissIndex):
         self._scores = buffer
         return np.concatenate(scores), np.concatenate(rows).astype(np.int64)
 
-    def _shortlist_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+    def shortlist_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """Exact top ``k`` from a bf16 pass over every name and fp32 scores of a few.
 
         A bf16 score is within ``SHORTLIST_ERROR`` · |q| · max |x| of the fp32 one (``margin`` is twice
