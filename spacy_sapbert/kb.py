@@ -33,7 +33,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .fileio import read_json, write_json
-from .normalize import WORD, name_words, normalize_name, word_key
+from .normalize import name_words, normalize_name
 from .records import ConceptRecord
 from .strings import SEP, ListTable, StringTable, first_decrease, load_npy, lookup_files, save_npy, table_files
 
@@ -275,9 +275,9 @@ class ConceptKB:
             return None
         if self._row_of_words is None:
             rows: Dict[Tuple[str, ...], int] = {}
-            keys: Dict[str, str] = {}  # word -> word_key: names share most of their words
-            for i, name in enumerate(self.names):  # stored normalised: name_words without normalising again
-                words = tuple([keys[w] if w in keys else keys.setdefault(w, word_key(w)) for w in WORD.findall(name)])
+            keys: Dict[str, str] = {}
+            for i, name in enumerate(self.names):
+                words = tuple(name_words(name, keys))
                 first = rows.setdefault(words, i)
                 if first >= 0 and first != i and set(self.concepts_of_name(first).tolist()) != set(self.concepts_of_name(i).tolist()):
                     rows[words] = -1

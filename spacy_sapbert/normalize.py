@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import string
 import unicodedata
-from typing import FrozenSet, Iterable, List
+from typing import Dict, FrozenSet, Iterable, List, Optional
 
 _WS = re.compile(r"\s+")
 _PUNCT_RUN = re.compile(r"[\s{}]+".format(re.escape(string.punctuation)))
@@ -83,6 +83,10 @@ def content_keys(words: Iterable[str]) -> FrozenSet[str]:
     return frozenset(word_key(w) for w in words if w.lower() not in STOPWORDS)
 
 
-def name_words(name: str) -> List[str]:
-    """A name's words as the span finder compares them: normalised, then ``word_key``."""
-    return [word_key(w) for w in WORD.findall(normalize_name(name))]
+def name_words(name: str, keys: Optional[Dict[str, str]] = None) -> List[str]:
+    """A name's words as the span finder compares them: normalised, then ``word_key``; ``keys``, where
+    given, remembers each word's key (many names over one table share most of their words)."""
+    words = WORD.findall(normalize_name(name))
+    if keys is None:
+        return [word_key(w) for w in words]
+    return [keys[w] if w in keys else keys.setdefault(w, word_key(w)) for w in words]
