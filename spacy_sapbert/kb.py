@@ -278,6 +278,8 @@ class ConceptKB:
             keys: Dict[str, str] = {}
             for i, name in enumerate(self.names):
                 words = tuple(name_words(name, keys))
+                if not words:  # "+", "--": no word to compare
+                    continue
                 first = rows.setdefault(words, i)
                 if first >= 0 and first != i and set(self.concepts_of_name(first).tolist()) != set(self.concepts_of_name(i).tolist()):
                     rows[words] = -1

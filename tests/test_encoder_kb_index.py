@@ -214,6 +214,7 @@ def test_a_name_spelt_another_way_finds_its_row_unless_its_words_name_other_conc
     assert kb.row_of_variant("Diabetes-mellitus") == row("diabetes mellitus")
     assert kb.row_of_variant("AIDs.") is None  # "aids" and "aid" have the same words: two concepts
     assert kb.row_of_variant("renal tumor growth") is None and kb.row_of_variant("") is None
+    assert ConceptKB.from_records([R("P", "+", ["Positive"])]).row_of_variant("(-)") is None  # no words, no match
     assert ConceptKB.from_records(RECORDS, lowercase=False).row_of_variant("diabetes-mellitus") is None  # case kept: no guessing
 
 
