@@ -29,7 +29,6 @@ from spacy.util import filter_spans, registry
 from .abbreviations import abbreviation_expander, find_abbreviations, introduced_short_forms
 from .config_only import ConfigOnlyPipe
 from .linker_settings import config_defaults, settings_signature
-from .normalize import american_spelling
 from .overlap import pipe_predicted
 from .scoring import ENTS_SCORE_WEIGHTS
 from .span_proposals import COORDINATORS, NameIndex, Proposal, propose
@@ -258,28 +257,21 @@ class SpanFinder(ConfigOnlyPipe):
 
         def queries(d: int, p: ProposalTuple) -> List[str]:
             """The proposal's search string, then for a coordination its parts, as the linker
-            searches them, or else its American spelling where it differs ("tumours")."""
+            searches them (a British spelling of a KB name, "tumours", is that name to the linker)."""
             if (d, p) not in asked:
                 (start, end, kind), (starts, ends) = p, bounds[d]
                 text = expanders[d](texts[d][starts[start] : ends[end - 1]])
                 key = (kind == "coordinated", text)
                 if key not in by_text:
-                    if kind == "coordinated":
-                        by_text[key] = linker.search_strings(text)
-                    else:
-                        us = american_spelling(text)
-                        by_text[key] = [text, us] if us != text.lower() else [text]
+                    by_text[key] = linker.search_strings(text) if kind == "coordinated" else [text]
                 asked[d, p] = by_text[key]
             return asked[d, p]
 
         def scored(d: int, p: ProposalTuple, scores: Dict[str, float]) -> float:
-            """The better spelling's score; for a coordination, the whole's, or its weakest part's
+            """The proposal's score; for a coordination, the whole's, or its weakest part's
             where every part matches better (the linker then keeps the parts)."""
-            whole, *others = queries(d, p)
-            _, _, kind = p
-            if kind != "coordinated" or not others:
-                return max(scores[q] for q in [whole, *others])
-            return max(scores[whole], min(scores[q] for q in others))
+            whole, *parts = queries(d, p)  # parts: a coordination's only
+            return max(scores[whole], min(scores[q] for q in parts)) if parts else scores[whole]
 
         if self.resolve == "all" and self.nested != "all":
             return self._predict_all(docs, proposals, queries, scored, minimum)

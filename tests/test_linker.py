@@ -228,6 +228,33 @@ def test_a_kb_name_spelt_another_way_is_searched_with_that_names_vector(kb_path,
     assert sorted(encoded) == sorted(linker.normalize(q) for q in queries)
 
 
+def test_a_british_spelling_is_also_searched_as_its_american_one_and_the_better_list_kept(kb_path, tiny_bert_path, monkeypatch):
+    """"Foetal headache" is no KB name: it is searched as written and as "fetal headache", and the
+    list with the better top score answers it, for linking and for the span finder's scores alike;
+    an American or case-keeping query is searched once."""
+    from spacy_sapbert.search import Candidate
+
+    linker = make_nlp(kb_path, tiny_bert_path).get_pipe("sapbert_linker")
+    linker.ensure_ready()
+    scores = {"foetal headache": 0.7, "fetal headache": 0.9, "oedematous fits": 0.8, "edematous fits": 0.6}
+    searched = []
+
+    def search(queries):
+        searched.extend(queries)
+        return [[Candidate("HP:2", q, scores.get(q, 0.5), False)] for q in queries]
+
+    monkeypatch.setattr(linker, "_search", search)
+    found = linker.link_strings(["Foetal headache", "oedematous fits", "fetal pain"])
+    assert sorted(searched) == ["edematous fits", "fetal headache", "fetal pain", "foetal headache", "oedematous fits"]
+    assert [c[0].name for c in found] == ["fetal headache", "oedematous fits", "fetal pain"]  # the better of the two
+    assert linker.top_scores(["Foetal headache", "oedematous fits"]) == [0.9, 0.8]
+    searched.clear()
+    monkeypatch.setattr(linker.linking_kb.kb, "lowercase", False)
+    linker._cache.clear()
+    linker.link_strings(["foetal headache"])
+    assert searched == ["foetal headache"]
+
+
 def test_real_encoder_links_unseen_synonyms(tmp_path):
     """With the real MiniLM weights, surface variants not in the KB reach the right concept."""
     from spacy_sapbert.encoder import SapEncoder

@@ -160,14 +160,17 @@ def test_a_short_form_the_text_defines_is_scored_through_its_long_form(kb_path, 
         assert ("Galactose uridyltransferase" in searched) is abbreviations
 
 
-def test_a_british_spelling_scores_as_its_american_one(kb_path, tiny_bert_path, monkeypatch):
+def test_a_british_spelling_of_a_name_is_scored_and_linked_as_that_name(kb_path, tiny_bert_path):
+    """"Tumours" and "anaemia" spell the KB names *Tumor* and *Anemia* another way: the linker settles
+    them as those names (``ConceptKB.row_of_variant``), and the span finder scores a proposal as the
+    linker searches it, so both keep them (a random tiny BERT alone would not)."""
     assert american_spelling("Tumours and anaemia") == "tumors and anemia"
     assert american_spelling("Tumourigenesis, behavioural") == "tumorigenesis, behavioral"
     assert american_spelling("four hours, a contour, resources") == "four hours, a contour, resources"
-    nlp = finder_nlp(kb_path, tiny_bert_path, min_exact_score=0.9)
-    finder = nlp.get_pipe("sapbert_span_finder")
-    monkeypatch.setattr(finder, "_scores", lambda texts: {t: 1.0 if t == "tumors" else 0.5 for t in texts})
-    assert [e.text for e in nlp("Two tumours.").ents] == ["tumours"]
+    nlp = finder_nlp(kb_path, tiny_bert_path, min_exact_score=0.9999)
+    linker = nlp.get_pipe("sapbert_linker")
+    assert [(e.text, e.kb_id_) for e in nlp("Two tumours and anaemia.").ents] == [("tumours", "D:3"), ("anaemia", "D:4")]
+    assert linker.top_scores(["tumours", "anaemia"]) == [c[0].score for c in linker.link_strings(["tumours", "anaemia"])]
 
 
 def test_a_coordination_is_kept_when_each_of_its_parts_matches(kb_path, tiny_bert_path, monkeypatch):
