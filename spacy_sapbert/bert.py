@@ -56,8 +56,10 @@ class _Embeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.dropout = nn.Dropout(c.hidden_dropout_prob)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """``positions``: each token's place in its text."""
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``positions``: each token's place in its text (default: its column)."""
+        if positions is None:
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None, :]
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.LayerNorm(x))
 
@@ -71,8 +73,20 @@ class _SelfAttention(nn.Module):
         self.value = nn.Linear(c.hidden_size, c.hidden_size)
         self.dropout_p = c.attention_probs_dropout_prob
 
-    def forward(self, x: torch.Tensor, packing: Packing, first_only: bool = False) -> torch.Tensor:
-        """Self-attention over packed tokens (T, d): each text's tokens attend to its own only. Keys and
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+
+        def heads(t: torch.Tensor) -> torch.Tensor:
+            return t.view(b, n, self.heads, d // self.heads).transpose(1, 2)
+
+        out = nn.functional.scaled_dot_product_attention(
+            heads(self.query(x)), heads(self.key(x)), heads(self.value(x)), attn_mask=mask,
+            dropout_p=self.dropout_p if self.training else 0.0,
+        )
+        return out.transpose(1, 2).reshape(b, n, d)
+
+    def forward_packed(self, x: torch.Tensor, packing: Packing, first_only: bool) -> torch.Tensor:
+        """``forward`` over packed tokens (T, d): each text's tokens attend to its own only. Keys and
         values come from every token; queries from every token, or with ``first_only`` from each
         text's first token alone (b, d)."""
         b, n, d = len(packing.widths), packing.n, x.shape[-1]
@@ -83,7 +97,6 @@ class _SelfAttention(nn.Module):
         queries = heads(self.query(x[packing.starts]), 1) if first_only else heads(packing.pad(self.query(x)), n)
         out = nn.functional.scaled_dot_product_attention(
             queries, heads(packing.pad(self.key(x)), n), heads(packing.pad(self.value(x)), n), attn_mask=packing.key_mask,
-            dropout_p=self.dropout_p if self.training else 0.0,
         )
         out = out.transpose(1, 2).reshape(b, -1, d)
         return out[:, 0] if first_only else packing.unpad(out)
@@ -108,8 +121,8 @@ class _Attention(nn.Module):
         self.self = _SelfAttention(c)
         self.output = _Residual(c, c.hidden_size)
 
-    def forward(self, x: torch.Tensor, packing: Packing, first_only: bool = False) -> torch.Tensor:
-        return self.output(self.self(x, packing, first_only), x[packing.starts] if first_only else x)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.output(self.self(x, mask), x)
 
 
 class _Intermediate(nn.Module):
@@ -129,9 +142,14 @@ class _Layer(nn.Module):
         self.intermediate = _Intermediate(c)
         self.output = _Residual(c, c.intermediate_size)
 
-    def forward(self, x: torch.Tensor, packing: Packing, first_only: bool = False) -> torch.Tensor:
-        """Packed tokens (T, d) in and out; with ``first_only``, only each text's first token comes out (b, d)."""
-        x = self.attention(x, packing, first_only)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = self.attention(x, mask)
+        return self.output(self.intermediate(x), x)
+
+    def forward_packed(self, x: torch.Tensor, packing: Packing, first_only: bool = False) -> torch.Tensor:
+        """``forward`` over packed tokens; with ``first_only``, only each text's first token comes out."""
+        attended = self.attention.self.forward_packed(x, packing, first_only)
+        x = self.attention.output(attended, x[packing.starts] if first_only else x)
         return self.output(self.intermediate(x), x)
 
 
@@ -176,14 +194,15 @@ class BertEncoder(nn.Module):
         token_type_ids: Optional[torch.Tensor] = None,
         **_: Any,
     ) -> SimpleNamespace:
-        b, n = input_ids.shape
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        # a padded batch is a packing of one width: its (b, n) block is the packed tokens row after row
-        hidden = self.forward_packed(input_ids.reshape(-1), token_type_ids.reshape(-1), Packing([n] * b, attention_mask.reshape(-1)))
-        return SimpleNamespace(last_hidden_state=hidden.view(b, n, -1))
+        x = self.embeddings(input_ids, token_type_ids)
+        mask = attention_mask[:, None, None, :].bool()  # keys a query may attend to
+        for layer in self.encoder.layer:
+            x = layer(x, mask)
+        return SimpleNamespace(last_hidden_state=x)
 
     def forward_packed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, packing: Packing,
                        first_only: bool = False) -> torch.Tensor:
@@ -194,7 +213,7 @@ class BertEncoder(nn.Module):
         x = self.embeddings(input_ids, token_type_ids, packing.positions)
         layers = self.encoder.layer
         for i, layer in enumerate(layers):
-            x = layer(x, packing, first_only and i == len(layers) - 1)
+            x = layer.forward_packed(x, packing, first_only and i == len(layers) - 1)
         return x
 
     def save_pretrained(self, folder: PathLike, safe_serialization: bool = True) -> None:
