@@ -25,10 +25,10 @@ def pubtator_doc(pmid: str, title: str, abstract: str, mentions: List[Tuple[str,
 
 def write_mini_ncbi(root: Path, test: str, train: str, dev: str) -> Path:
     """A miniature NCBI-disease data folder under ``root``: the MEDIC excerpt, a one-line spell list
-    (``tumour`` → ``cancer``) and the three PubTator splits."""
+    (``carcinom`` → ``cancer``: no spelling the pipeline mends itself) and the three PubTator splits."""
     (root / "medic").mkdir()
     (root / "medic" / "medic_06Jul2012.txt").write_text(MEDIC, encoding="utf8")
-    (root / "medic" / "ncbi-spell-check.txt").write_text("tumour||cancer\n", encoding="utf8")
+    (root / "medic" / "ncbi-spell-check.txt").write_text("carcinom||cancer\n", encoding="utf8")
     corpus = root / "ncbi-disease"
     corpus.mkdir()
     for name, content in (("test", test), ("train", train), ("develop", dev)):

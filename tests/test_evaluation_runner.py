@@ -15,12 +15,12 @@ from spacy_sapbert.evaluation.runner import evaluate, evaluate_command
 def mini_ncbi(tmp_path_factory) -> Path:
     test = pubtator_doc(
         "1",
-        "Breast cancer, MS and colorectal tumour.",
+        "Breast cancer, MS and colorectal carcinom.",
         "Breast and ovarian cancer; xyzzy disease.",
         [
             ("Breast cancer", "D001943"),  # exact hit
             ("MS", "D009103"),  # ambiguous name: lenient hit, strict miss
-            ("colorectal tumour", "D015179"),  # spell list + alternative id of OMIM 114500
+            ("colorectal carcinom", "D015179"),  # spell list + alternative id of OMIM 114500
             ("Breast and ovarian cancer", "D001943|D010051"),  # composite, split in two
             ("xyzzy disease", "D001943"),  # only in the training mentions
         ],
@@ -87,7 +87,7 @@ def test_encoder_links_gold_spans_in_the_pipeline_and_caches_the_kb(mini_ncbi, t
     assert first["lenient_acc@1"] >= 60.0 and first["strict_acc@1"] >= 40.0
     assert first["pipeline"] == ["sapbert_abbreviations", "sapbert_context", "sapbert_linker"]
     assert first["gold_spans"]["mentions"] == 5 and first["gold_spans"]["unlinked"] == 0
-    outside = first["outside_pipeline"]  # the spell-check list turns "colorectal tumour" into a KB name
+    outside = first["outside_pipeline"]  # the spell-check list turns "colorectal carcinom" into a KB name
     assert outside["spelling_list"] and outside["without_spelling_list"]["lenient_acc@1"] < first["lenient_acc@1"]
     assert first["encoder"]["fingerprint"] and first["mentions_per_s"] > 0 and first["peak_rss_mb"] > 0
     assert len(list((tmp_path / "cache").glob("*.npy"))) == 1  # the name vectors
