@@ -10,7 +10,9 @@ column j by it, which moves the range from the activations into the weights (the
 unchanged); the weights are then quantised per output channel. The activation maxima come from
 encoding a fixed calibration list with the fp32 model (``CALIBRATION_FILE``: MeSH 2024 names, none of
 them benchmark text). ``ALPHA`` is the value under which the most NCBI-disease and BC5CDR-disease dev
-mentions find the concept fp32 finds (``python benchmarks/int8_alpha.py --isa avx2``).
+mentions found the concept fp32 finds when it was chosen (``python benchmarks/int8_alpha.py --isa avx2``);
+the alphas from 0.8 to 0.95 have since agreed within a few mentions of each other, the best changing
+from run to run.
 
 The quantised Linear layers run in fbgemm (x86) or qnnpack (ARM), CPU only. torch 2.13 marks its eager
 quantisation API deprecated in favour of torchao, which is not a dependency; its warnings are not
