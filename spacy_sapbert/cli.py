@@ -436,7 +436,7 @@ def demo(
 
     from .defaults import DEMO_NOTE, HPO_BROWSER_URL, default_pipeline
     from .machine import peak_rss_mb
-    from .shards import linkers_of, span_records
+    from .shards import linkers_of, shown_score, span_records
 
     t0 = time.perf_counter()
     nlp = default_pipeline()
@@ -455,7 +455,7 @@ def demo(
             flag += f"  ({r['assertion']})"
         if r["section"]:
             flag += f"  [{r['section']}]"
-        typer.echo(f"{r['text']!r:32} {r['cui'] or '-':12} {r['name'] or '-':40} {r['score']:.3f}{flag}")
+        typer.echo(f"{r['text']!r:32} {r['cui'] or '-':12} {r['name'] or '-':40} {shown_score(r['score'], 3):.3f}{flag}")
     output_dir.mkdir(parents=True, exist_ok=True)
     data, colors = displacy_assertions(doc, HPO_BROWSER_URL)
     html = displacy.render(data, style="ent", page=True, manual=True, options={"colors": colors})

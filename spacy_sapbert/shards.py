@@ -78,6 +78,13 @@ def linkers_of(nlp: Language) -> List[Any]:
     return found
 
 
+def shown_score(score: float, digits: int = 4) -> float:
+    """``score`` rounded to ``digits`` for output, except that a score below 1.0 never shows as 1.0:
+    only a KB name as written scores 1.0 ("haematuria", *Hematuria* spelt another way, scores just below)."""
+    rounded = round(score, digits)
+    return min(rounded, 1.0 - 10.0 ** -digits) if score < 1.0 else rounded
+
+
 def span_records(doc: Doc, linkers: Sequence[Any]) -> List[Dict[str, Any]]:
     """One JSON-ready dict per span that ``linkers`` link in ``doc``, by position (a KB is read only
     when there is a span)."""
@@ -99,11 +106,11 @@ def span_records(doc: Doc, linkers: Sequence[Any]) -> List[Dict[str, Any]]:
                     "cui": cui,
                     "name": kb.concept_names[kb.row_of_concept(cui)] if cui else None,
                     "matched_name": top[1] if top and cui else None,
-                    "score": round(top[2], 4) if top else None,
+                    "score": shown_score(top[2]) if top else None,
                     "ambiguous": bool(top[3]) if top else False,
                     **assertion_record(span),
                     "candidates": [  # by score: "cui" is the linker's choice, which a hierarchy may make a broader concept
-                        {"cui": c[0], "name": c[1], "score": round(c[2], 4), "ambiguous": bool(c[3])}
+                        {"cui": c[0], "name": c[1], "score": shown_score(c[2]), "ambiguous": bool(c[3])}
                         for c in sorted(cands, key=lambda c: -c[2])
                     ],
                 }

@@ -203,3 +203,8 @@ def test_printed_candidates_are_by_score_and_cui_is_the_linkers_choice(tmp_path,
     (record,) = span_records(doc, linkers_of(nlp))
     assert [c["cui"] for c in record["candidates"]] == ["HP:3", "HP:2", "HP:1"]
     assert (record["cui"], record["score"]) == ("HP:2", 0.95)
+    # only a KB name as written shows 1.0; a name spelt another way scores just below and stays below
+    span._.cui_candidates = [("HP:3", "Fever", 0.99999994, False), ("HP:2", "Headache", 1.0, False), ("HP:1", "Seizure", 0.99996, False)]
+    span._.cui = "HP:3"
+    (record,) = span_records(doc, linkers_of(nlp))
+    assert record["score"] == 0.9999 and [c["score"] for c in record["candidates"]] == [1.0, 0.9999, 0.9999]
