@@ -204,7 +204,7 @@ def measured(run: Callable[[], Any], counter: Counter, linkers: Sequence[Any]) -
 
 
 def gold_span_run(counter: Counter, cache: Path) -> Dict[str, Any]:
-    from speed import gold_docs, linker_pipeline, medic_kb_path  # benchmarks/speed.py, beside this script
+    from speed import gold_docs, linker_pipeline, linking_run, medic_kb_path  # benchmarks/speed.py, beside this script
 
     from spacy_sapbert.encoder import SapEncoder
     from spacy_sapbert.evaluation.datasets import load_split
@@ -216,12 +216,7 @@ def gold_span_run(counter: Counter, cache: Path) -> Dict[str, Any]:
     linker = nlp.get_pipe("sapbert_linker")
     docs = gold_docs(nlp, load_split("ncbi-disease", "test"))
     n = sum(len(linker.spans_to_link(d)) for d in docs)
-
-    def run() -> None:
-        linker._cache.clear()
-        for _ in nlp.pipe(docs, batch_size=128):
-            pass
-
+    run = linking_run(nlp, docs)
     run()  # warm-up
     out: Dict[str, Any] = {"abstracts": len(docs), "mentions": n, **measured(run, counter, [linker])}
     out["mentions_per_s"] = round(n / out["unprofiled"]["wall_s"], 1)

@@ -160,9 +160,9 @@ def resolve_precision(precision: str, device: torch.device, training: bool = Fal
     AMD CPU with AVX512-BF16), else fp32. Measured on an AMX CPU (``benchmarks/speed.py``): bf16 encodes faster than fp32 with
     the same NCBI-disease Acc@1 and a top-5 overlap near 1; int8 (SmoothQuant-calibrated, ``int8.py``)
     costs a little accuracy, so it is never chosen automatically, not even on an AVX2-only CPU where it
-    is the one faster choice (``benchmarks/results/encoder_precision_avx2.json``: the HPO default ran 376.9
-    abstracts per CPU second against fp32's 322.7, GSC+ dev link F1 0.607 -> 0.609 with 1 linked span changed,
-    NCBI-disease dev strict Acc@1 81.45 -> 81.32; a user opts in with the linker's ``precision``).
+    is the one faster choice (``benchmarks/results/encoder_precision_avx2.json``: the HPO default ran 487.0
+    abstracts per CPU second against fp32's 321.4, GSC+ dev link F1 0.607 -> 0.609 with 1 linked span changed,
+    NCBI-disease dev lenient Acc@1 89.71 -> 89.20; a user opts in with the linker's ``precision``).
     Such a CPU has no native bf16 (``native_bf16``), so ``auto`` is fp32 there. Training: ``auto`` is the authors' ``--amp`` (fp16 autocast with loss scaling)
     on CUDA; on the CPU bf16 autocast with AMX (``amx_bf16``), else fp32: self-alignment with bf16
     autocast ran at 1.7x fp32's pairs/s on an AMX Xeon, and slower than fp32 on one with AVX512-BF16 but no AMX

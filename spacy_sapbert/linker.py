@@ -36,7 +36,6 @@ from .hpo_kb import default_kb_path
 from .link_annotations import BatchLinks, CandidateTuple, PartTuple, as_candidates, as_parts, ents_and_others, write_links
 from .linker_settings import AMBIGUOUS_CHOICES, LinkerSettings, settings_signature
 from .mention_cache import MentionCache, cache_key
-from .normalize import american_spelling
 from .overlap import pipe_batches
 from .query_search import search_queries, top_score, whole_or_parts
 from .rerankers import consistent_in_document, rerank_in_context
@@ -284,23 +283,8 @@ class SapBertLinker(Pipe):
         return bool(self.exact_names and key and self.linking_kb.kb.row_of_name(key) is not None)  # type: ignore[union-attr]
 
     def _lookup(self, keys: List[str]) -> Dict[str, List[Candidate]]:
-        """Candidates of normalised queries: cached ones from the mention cache, the rest searched in one
-        batch. A British spelling that is no KB name ("t-cell leukaemia") is also searched as its
-        American one, which an encoder trained mostly on American text places better, and the list
-        with the better top score is kept (a KB name spelt another way already is that name:
-        ``ConceptKB.row_of_variant``)."""
-        kb = self.linking_kb.kb  # type: ignore[union-attr]
-        american: Dict[str, str] = {}
-        if kb.lowercase:
-            for key in keys:
-                us = kb.normalize(american_spelling(key))
-                if us != key and kb.row_of_name(us) is None and kb.row_of_variant(key) is None:
-                    american[key] = us
-        found = self._cache.lookup(sorted(set(keys) | set(american.values())) if american else keys, self._search)
-        for key, us in american.items():
-            if top_score(found.get(us, [])) > top_score(found.get(key, [])):
-                found[key] = found[us]
-        return found
+        """Candidates of normalised queries: cached ones from the mention cache, the rest searched in one batch."""
+        return self._cache.lookup(keys, self._search)
 
     def _search(self, queries: List[str]) -> List[List[Candidate]]:
         """Candidates of normalised queries, searched in one batch (no cache)."""

@@ -23,17 +23,20 @@ CACHE_FORMAT = "spacy-sapbert-mention-cache"
 CACHE_VERSION = 2  # 2: entries sorted by query, with their sha256
 
 
-# How ``exact_names`` finds a query's KB name: 2 = as written, or spelt another way (``ConceptKB.row_of_variant``).
-# A cache saved before (no such key) encoded those spellings, so it is refused rather than mixed in.
-NAME_LOOKUP = 2
+# How a query is searched (``query_search.search_queries``): 2 = a KB name spelt another way takes that
+# name's vector (with ``exact_names``; ``ConceptKB.row_of_variant``), and a British spelling that is no KB
+# name keeps the better of its own and its American spelling's lists. A cache saved before (no such key)
+# holds other answers for those queries, so it is refused rather than mixed in.
+LOOKUP_VERSION = 2
 
 
 def cache_key(linking_kb: LinkingKB, encoder: SapEncoder, *, top_k: int, exact_names: bool, fusion_weight: float) -> Dict[str, Any]:
     """What cached candidates depend on: the KB, its index, the encoder, its precision, ``top_k``,
-    ``exact_names`` (and how it finds names) and the fusion weight (a saved cache loads only where these are the same)."""
+    ``exact_names``, how queries are searched (``LOOKUP_VERSION``) and the fusion weight (a saved cache
+    loads only where these are the same)."""
     return {"kb": linking_kb.meta["kb_fingerprint"], "index": linking_kb.index.meta, "encoder": encoder.fingerprint,
-            "precision": encoder.precision, "top_k": top_k, "exact_names": exact_names,
-            "name_lookup": NAME_LOOKUP if exact_names else 0, "fusion_weight": fusion_weight}
+            "precision": encoder.precision, "top_k": top_k, "exact_names": exact_names, "lookup": LOOKUP_VERSION,
+            "fusion_weight": fusion_weight}
 
 
 class MentionCache:

@@ -239,16 +239,18 @@ def test_a_british_spelling_is_also_searched_as_its_american_one_and_the_better_
     scores = {"foetal headache": 0.7, "fetal headache": 0.9, "oedematous fits": 0.8, "edematous fits": 0.6}
     searched = []
 
-    def search(queries):
+    def candidates(vectors, top_k, queries, **kw):  # the KB's search, answering by query string
+        assert len(vectors) == len(queries)
         searched.extend(queries)
         return [[Candidate("HP:2", q, scores.get(q, 0.5), False)] for q in queries]
 
-    monkeypatch.setattr(linker, "_search", search)
+    monkeypatch.setattr(linker.linking_kb, "candidates", candidates)
     found = linker.link_strings(["Foetal headache", "oedematous fits", "fetal pain"])
     assert sorted(searched) == ["edematous fits", "fetal headache", "fetal pain", "foetal headache", "oedematous fits"]
     assert [c[0].name for c in found] == ["fetal headache", "oedematous fits", "fetal pain"]  # the better of the two
-    assert linker.top_scores(["Foetal headache", "oedematous fits"]) == [0.9, 0.8]
     searched.clear()
+    assert linker.top_scores(["Foetal headache", "oedematous fits"]) == [0.9, 0.8] and searched == []  # cached as chosen
+    assert sorted(linker._cache.entries) == ["fetal pain", "foetal headache", "oedematous fits"]
     monkeypatch.setattr(linker.linking_kb.kb, "lowercase", False)
     linker._cache.clear()
     linker.link_strings(["foetal headache"])
