@@ -545,3 +545,26 @@ def test_dev_before_after_runs_each_evaluation_in_each_checkout_and_keeps_its_fi
     first, e2e = result["rows"][0], result["rows"][2]
     assert first["before"] == {"lenient_acc@1": 0.5} and first["after"] == {"lenient_acc@1": 0.6}
     assert e2e["after"] == {"link_f1": 0.6} and result["before_commit"] == "abc1234" and json.loads((tmp_path / "out.json").read_text())["rows"] == result["rows"]
+
+
+def test_the_padded_forward_traces_with_shapes_left_open(tiny_bert_path):
+    """ONNX export (``benchmarks/onnx_int8.py``: ``torch.onnx.export`` with dynamic axes) traces the
+    plain BERT's padded ``forward``: the trace of one batch must run another batch of other widths as
+    the module does, so that forward takes its sizes from its inputs, never from Python numbers of one batch."""
+    import warnings
+
+    from spacy_sapbert.encoder import SapEncoder
+
+    encoder = SapEncoder.load(tiny_bert_path, device="cpu", precision="fp32", plain_bert=True)
+    hidden = _load("onnx_int8")._LastHidden(encoder.model).eval()  # what onnx_int8.py exports
+    texts = ["diabetes mellitus type 2", "Myocardial Infarction", "café-au-lait spots", "x" * 300, "", "  heart   attack  ", "seizure " * 40]
+    keys = ("input_ids", "attention_mask", "token_type_ids")
+    first, other = encoder.tokenize(texts[:2]), encoder.tokenize(texts[2:])
+    assert other["input_ids"].shape != first["input_ids"].shape
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's own notes
+        traced = torch.jit.trace(hidden, tuple(first[k] for k in keys), check_trace=False)
+        got = traced(*(other[k] for k in keys))
+        expected = hidden(*(other[k] for k in keys))
+    mask = other["attention_mask"].bool()
+    torch.testing.assert_close(got[mask], expected[mask], atol=1e-5, rtol=1e-5)

@@ -125,31 +125,3 @@ def test_minilm_matches_transformers():
     a, b = plain.tokenize(TEXTS), full.tokenize(TEXTS)
     assert all(torch.equal(a[k], b[k]) for k in a)
     np.testing.assert_allclose(plain.encode(TEXTS), full.encode(TEXTS), atol=1e-5)
-
-
-def test_the_padded_forward_traces_with_shapes_left_open(tiny_bert_path):
-    """ONNX export (``benchmarks/onnx_int8.py``: ``torch.onnx.export`` with dynamic axes) traces
-    ``forward``: the trace of one batch must run another batch of other widths as the module does,
-    so the padded forward takes its sizes from its inputs, never from Python numbers of one batch."""
-    import warnings
-
-    class LastHidden(torch.nn.Module):  # keyword inputs, one tensor out, as onnx_int8.py exports it
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
-
-    encoder = SapEncoder.load(tiny_bert_path, device="cpu", precision="fp32", plain_bert=True)
-    hidden = LastHidden(encoder.model).eval()
-    keys = ("input_ids", "attention_mask", "token_type_ids")
-    first, other = encoder.tokenize(TEXTS[:2]), encoder.tokenize(TEXTS[2:7])
-    assert other["input_ids"].shape != first["input_ids"].shape
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the tracer's own notes
-        traced = torch.jit.trace(hidden, tuple(first[k] for k in keys), check_trace=False)
-        got = traced(*(other[k] for k in keys))
-        expected = hidden(*(other[k] for k in keys))
-    mask = other["attention_mask"].bool()
-    torch.testing.assert_close(got[mask], expected[mask], atol=1e-5, rtol=1e-5)
