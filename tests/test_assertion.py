@@ -88,6 +88,27 @@ def test_trigger_overrides_section_default(nlp):
     assert asthma["experiencer"] == "patient"  # "the patient" says otherwise
 
 
+# context_rules 1.2.0: words that place a finding now ("currently", "today", "presents with") are "recent"
+# triggers, so they override a past-history section's default as "the patient" overrides a family history's
+@pytest.mark.parametrize("text,target,historical", [
+    ("PAST MEDICAL HISTORY: Asthma.\nCurrently he has fever and chest pain.", "chest pain", False),
+    ("PAST MEDICAL HISTORY: Asthma.\nCurrently he has fever and chest pain.", "Asthma", True),
+    ("PAST MEDICAL HISTORY: Asthma.\nNo fever today.", "fever", False),
+    ("PAST MEDICAL HISTORY: Asthma, currently controlled. Seizures in childhood.", "Asthma", False),
+    ("PAST MEDICAL HISTORY: Asthma, currently controlled. Seizures in childhood.", "Seizures", True),
+    ("PAST MEDICAL HISTORY: Diabetes. He now presents with cough.", "cough", False),
+    # as before, they end a "history of" scope; "recent" still only ends one ("status post recent abscess": past)
+    ("History of asthma, currently with fever.", "fever", False),
+    ("History of asthma, currently with fever.", "asthma", True),
+    ("PAST MEDICAL HISTORY: Recent pneumonia.", "pneumonia", True),
+], ids=["forward-to-sentence-end", "title-line-untouched", "today-backward", "currently-backward",
+        "next-sentence-default", "now-presents", "ends-history-of", "history-of-kept", "recent-terminates-only"])
+def test_a_current_time_word_overrides_a_past_section(nlp, text, target, historical):
+    (span,) = run(nlp, text, target)
+    assert span["historical"] is historical
+    assert span["section"] == ("past_medical_history" if text.startswith("PAST") else None)
+
+
 def test_negation_ends_at_a_terminator(nlp):
     fever, cough = run(nlp, "No fever but has cough.", "fever", "cough")
     assert fever["negated"] is True and fever["assertion"] == "absent"
