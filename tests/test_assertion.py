@@ -173,6 +173,24 @@ def test_historical_cues(nlp, text, target, historical):
     assert span["historical"] is historical
 
 
+# context_rules 1.3.0: cues of clinical notes the NegEx/ConText test set does not hold, each where it fires and where it must not
+@pytest.mark.parametrize("text,target,attr,value", [
+    ("He had pneumonia last year.", "pneumonia", "historical", True),
+    ("Last year he had pneumonia.", "pneumonia", "historical", True),
+    ("Seizures as a child.", "Seizures", "historical", True),
+    ("When she was a child she had asthma.", "asthma", "historical", True),
+    ("URI symptoms over the last week.", "URI symptoms", "historical", False),
+    ("Differential includes meningitis.", "meningitis", "uncertain", True),
+    ("DDx: meningitis versus migraine.", "meningitis", "uncertain", True),
+    ("Monitor for signs of infection.", "infection", "hypothetical", True),
+    ("Blood pressure monitoring showed hypertension.", "hypertension", "hypothetical", False),
+], ids=["last-year-bwd", "last-year-fwd", "as-a-child", "when-she-was-a-child", "last-week-is-current",
+        "differential", "ddx", "monitor-for", "monitoring-alone"])
+def test_clinical_note_cues(nlp, text, target, attr, value):
+    (span,) = run(nlp, text, target)
+    assert span[attr] is value
+
+
 def test_a_trigger_ends_only_the_scopes_that_give_another_value(nlp):
     # the 4-word "s/p" no longer ends the sentence-long "history of"
     cad, htn, dm = run(nlp, "History of CAD, s/p CABG, hypertension and diabetes.", "CAD", "hypertension", "diabetes")
