@@ -25,9 +25,10 @@ CACHE_VERSION = 2  # 2: entries sorted by query, with their sha256
 
 # How a query is searched (``query_search.search_queries``): 2 = a KB name spelt another way takes that
 # name's vector (with ``exact_names``; ``ConceptKB.row_of_variant``), and a British spelling that is no KB
-# name keeps the better of its own and its American spelling's lists. A cache saved before (no such key)
+# name keeps the better of its own and its American spelling's lists; 3 = word keys fold accents, so "café-au-lait
+# spots" is the name *Cafe-au-lait spots* spelt another way. A cache saved before (another or no such key)
 # holds other answers for those queries, so it is refused rather than mixed in.
-LOOKUP_VERSION = 2
+LOOKUP_VERSION = 3
 
 
 def cache_key(linking_kb: LinkingKB, encoder: SapEncoder, *, top_k: int, exact_names: bool, fusion_weight: float) -> Dict[str, Any]:

@@ -52,14 +52,22 @@ def american_spelling(text: str) -> str:
     return _BRITISH_OUR.sub("or", t)
 
 
+def fold_accents(text: str) -> str:
+    """``text`` without its accents ("café" → "cafe", "Sjögren" → "Sjogren"): ontologies mostly
+    write names in ASCII ("Cafe-au-lait spot"), notes often do not."""
+    if text.isascii():
+        return text
+    return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+
+
 def word_key(word: str) -> str:
-    """A lower-cased word reduced to the form its variants share: singular, American spelling.
+    """A lower-cased word reduced to the form its variants share: no accents, singular, American spelling.
 
     Applied to KB names and text alike, so the rules need only be consistent, not linguistically
     perfect ("tumours" → "tumor", "vertebrae" → "vertebra", "anaemia" → "anemia", "localised" →
-    "localize").
+    "localize", "café" → "cafe").
     """
-    w = word.lower()
+    w = fold_accents(word.lower())
     if len(w) <= 3 or w.isdigit():
         return w
     w = american_spelling(w)

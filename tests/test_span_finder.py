@@ -173,6 +173,16 @@ def test_a_british_spelling_of_a_name_is_scored_and_linked_as_that_name(kb_path,
     assert linker.top_scores(["tumours", "anaemia"]) == [c[0].score for c in linker.link_strings(["tumours", "anaemia"])]
 
 
+def test_an_accented_spelling_of_a_name_is_proposed_and_linked_as_that_name(kb_folder, tiny_bert_path):
+    """Ontologies write "Cafe-au-lait spot", notes "café-au-lait spots": word keys fold accents, so the
+    span finder proposes the phrase and the linker settles it as that name, without the encoder."""
+    assert word_key("Café") == "cafe" and word_key("Sjögren") == "sjogren" and word_key("naïve") == "naive"
+    nlp = finder_nlp(kb_folder([R("D:1", "Cafe-au-lait spot", []), R("D:2", "Anemia", [])]), tiny_bert_path, min_exact_score=0.9999)
+    linker = nlp.get_pipe("sapbert_linker")
+    assert [(e.text, e.kb_id_) for e in nlp("Six café-au-lait spots.").ents] == [("café-au-lait spots", "D:1")]
+    assert linker.linking_kb.kb.row_of_variant("café-au-lait spots") == linker.linking_kb.kb.row_of_name("cafe-au-lait spot")
+
+
 def test_a_coordination_is_kept_when_each_of_its_parts_matches(kb_path, tiny_bert_path, monkeypatch):
     """The whole "breast and ovarian cancer" is no KB name; its parts are, as the linker splits it."""
     nlp = finder_nlp(kb_path, tiny_bert_path, min_exact_score=0.9, min_partial_score=0.9)
