@@ -184,8 +184,13 @@ def test_historical_cues(nlp, text, target, historical):
     ("DDx: meningitis versus migraine.", "meningitis", "uncertain", True),
     ("Monitor for signs of infection.", "infection", "hypothetical", True),
     ("Blood pressure monitoring showed hypertension.", "hypertension", "hypothetical", False),
+    ("Affected individuals may develop seizures in infancy.", "seizures", "historical", False),  # an onset, not a past
+    ("Hearing loss was not observed in carriers.", "Hearing loss", "negated", True),
+    ("Seizures were absent.", "Seizures", "negated", True),
+    ("Seizures were frequent but hearing loss was not observed.", "Seizures", "negated", False),
 ], ids=["last-year-bwd", "last-year-fwd", "as-a-child", "when-she-was-a-child", "last-week-is-current",
-        "differential", "ddx", "monitor-for", "monitoring-alone"])
+        "differential", "ddx", "monitor-for", "monitoring-alone", "onset-in-infancy", "not-observed", "were-absent",
+        "not-observed-after-but"])
 def test_clinical_note_cues(nlp, text, target, attr, value):
     (span,) = run(nlp, text, target)
     assert span[attr] is value
