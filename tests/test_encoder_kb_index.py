@@ -794,6 +794,26 @@ def test_shortlist_search_is_exact_where_every_score_is_negative(small_shortlist
     np.testing.assert_array_equal(scores, np.take_along_axis(exact, expected, 1))
 
 
+@pytest.mark.parametrize("max_names", [0, 200])
+def test_a_query_whose_bf16_shortlist_is_crowded_is_shortlisted_from_fp32_scores(small_shortlists, monkeypatch, max_names):
+    """Names whose scores lie closer together than bf16 tells apart (a large component they all share)
+    fill a query's bf16 shortlist; beyond ``SHORTLIST_MAX_NAMES`` the query is shortlisted from fp32
+    scores instead: the same exact top k (ties by row), whichever queries it applies to."""
+    from spacy_sapbert.index_kinds import flat
+
+    data, queries = _clustered_with_ties()
+    data[:, 0] += 4.0
+    data /= np.linalg.norm(data, axis=1, keepdims=True)
+    index = VectorIndex.build(data, kind="flat", neighbours=False)
+    monkeypatch.setattr(flat, "SHORTLIST_MAX_NAMES", max_names)  # 0: every query; 200: 16 of the 200 here
+    scores, rows = index.search(queries, 20)
+    exact = (queries.astype(np.float64) @ data.astype(np.float64).T).astype(np.float32)
+    expected = np.lexsort((np.broadcast_to(np.arange(len(data)), exact.shape), -exact), axis=1)[:, :20]
+    np.testing.assert_array_equal(rows, expected)
+    np.testing.assert_array_equal(scores, np.take_along_axis(exact, expected, 1))
+    assert list(rows[1, :10]) == list(range(200, 210))
+
+
 def test_shortlist_search_scores_a_query_as_it_does_alone_and_only_where_bf16_is_faster(small_shortlists, monkeypatch):
     data, queries = _clustered_with_ties()
     index = VectorIndex.build(data, kind="flat")
