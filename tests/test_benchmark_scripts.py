@@ -568,3 +568,24 @@ def test_the_padded_forward_traces_with_shapes_left_open(tiny_bert_path):
         expected = hidden(*(other[k] for k in keys))
     mask = other["attention_mask"].bool()
     torch.testing.assert_close(got[mask], expected[mask], atol=1e-5, rtol=1e-5)
+
+
+def test_encoder_layers_cuts_a_bert_to_its_first_layers(tiny_bert_path, tmp_path, monkeypatch):
+    """``encoder_layers.truncated``: the config says the new depth, the later layers' weights are gone,
+    and the encoder loads and encodes as a model of that depth (its first layers' output, unchanged)."""
+    from safetensors.torch import load_file
+
+    from spacy_sapbert.encoder import SapEncoder
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # its sibling imports
+    encoder_layers = _load("encoder_layers")
+    depth = json.loads((tiny_bert_path / "config.json").read_text())["num_hidden_layers"]
+    assert depth >= 2
+    cut = encoder_layers.truncated(tiny_bert_path, 1, tmp_path / "cut")
+    assert json.loads((cut / "config.json").read_text())["num_hidden_layers"] == 1
+    assert not [k for k in load_file(str(cut / "model.safetensors")) if ".layer.1." in k]
+    full, short = SapEncoder.load(tiny_bert_path, precision="fp32"), SapEncoder.load(cut, precision="fp32")
+    assert short.encode(["asthma"]).shape == full.encode(["asthma"]).shape
+    assert not torch.allclose(torch.as_tensor(short.encode(["asthma"])), torch.as_tensor(full.encode(["asthma"])))
+    with pytest.raises(ValueError, match="layers, not"):
+        encoder_layers.truncated(tiny_bert_path, depth + 1, tmp_path / "deeper")
