@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import ClassVar, Dict, Optional, Sequence, Tuple
+from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -36,9 +36,11 @@ TOP_K_CHUNK = 64  # columns per chunk for ``_top_k``: the k chunks with the best
 BF16_UNIT = 2.0**-8
 SHORTLIST_ERROR = 3 * BF16_UNIT + 3 * BF16_UNIT**2 + BF16_UNIT**3 + 2e-4
 # A query whose bf16 shortlist holds more names than this is shortlisted from its fp32 scores instead: where
-# the names' scores lie closer together than bf16 can tell apart (an encoder whose vectors all share a large
-# component: MiniLM cut to 3 layers), the bf16 shortlist held nearly every name, and the exact scores of 40k
-# names took 19 ms a query against fp32's 0.2 (ad hoc). MiniLM's queries hold at most 300 (HPO KB, MEDIC).
+# the names' scores lie closer together than bf16 can tell apart (vectors that all share a large component),
+# the bf16 shortlist held nearly every name, and the exact scores of 40k names took 19 ms a query against fp32's
+# 0.2 (ad hoc). Where fp32 cannot tell them apart either (MiniLM cut to 3 layers without training: every
+# cosine between 0.999998 and 1), every name is scored by one float64 product. MiniLM's queries hold at
+# most 300 names (HPO KB, MEDIC).
 SHORTLIST_MAX_NAMES = 2048
 # Bound on |fp32 score - exact score| per unit of |q|·|x| and dimension (fp32 sums: at most d·u, u = 2^-24)
 FP32_UNIT_ERROR = 1.1 * 2.0**-24
@@ -247,16 +249,26 @@ class FlatIndex(FaissIndex):
                         continue
                     row.append(chunks[chunk] * SHORTLIST_CHUNK + pos)
                     query.append(torch.full((len(pos),), i))
+                scored: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (query, row, exact score) known already
                 if crowded:  # shortlisted from fp32 scores of every name: the fp32 error is a thousandth of bf16's
                     crowded_q = q[crowded]
                     sims32 = crowded_q @ base.T
                     error = 2 * FP32_UNIT_ERROR * self.dim * self._largest_norm() * crowded_q.norm(dim=1, keepdim=True)
-                    at, pos = torch.nonzero(sims32 >= torch.topk(sims32, k, dim=1).values[:, -1:] - error, as_tuple=True)
+                    near = sims32 >= torch.topk(sims32, k, dim=1).values[:, -1:] - error
+                    dense = near.sum(1) > SHORTLIST_MAX_NAMES  # fp32 cannot tell them apart either: every name summed in float64
+                    at, pos = torch.nonzero(near & ~dense[:, None], as_tuple=True)
                     row.append(pos)
                     query.append(torch.tensor(crowded)[at])
+                    if bool(dense.any()):
+                        which = torch.tensor(crowded)[dense]
+                        every = (q[which].double() @ base.double().T).float()
+                        at, pos = torch.nonzero(every >= torch.topk(every, k, dim=1).values[:, -1:], as_tuple=True)
+                        scored.append((which[at].numpy(), pos.numpy(), every[at, pos].numpy()))
                 query, row = torch.cat(query), torch.cat(row)
                 exact = _exact_scores(base, q, query, row)
                 query, row = query.numpy(), row.numpy()
+                if scored:
+                    query, row, exact = (np.concatenate([part, *(known[i] for known in scored)]) for i, part in enumerate((query, row, exact)))
                 order = np.lexsort((row, -exact, query))  # by query, best first, ties by row
                 rank = np.arange(len(order)) - np.searchsorted(query[order], query[order])
                 top = order[rank < k]
