@@ -572,7 +572,7 @@ def test_the_padded_forward_traces_with_shapes_left_open(tiny_bert_path):
 
 def test_encoder_layers_cuts_a_bert_to_its_first_layers(tiny_bert_path, tmp_path, monkeypatch):
     """``encoder_layers.truncated``: the config says the new depth, the later layers' weights are gone,
-    and the encoder loads and encodes as a model of that depth (its first layers' output, unchanged)."""
+    and the encoder loads the cut model and encodes with it (other vectors than the whole model's)."""
     from safetensors.torch import load_file
 
     from spacy_sapbert.encoder import SapEncoder

@@ -268,7 +268,9 @@ class FlatIndex(FaissIndex):
                 exact = _exact_scores(base, q, query, row)
                 query, row = query.numpy(), row.numpy()
                 if scored:
-                    query, row, exact = (np.concatenate([part, *(known[i] for known in scored)]) for i, part in enumerate((query, row, exact)))
+                    known_query, known_row, known_exact = (np.concatenate(parts) for parts in zip(*scored))
+                    query, row = np.concatenate([query, known_query]), np.concatenate([row, known_row])
+                    exact = np.concatenate([exact, known_exact])
                 order = np.lexsort((row, -exact, query))  # by query, best first, ties by row
                 rank = np.arange(len(order)) - np.searchsorted(query[order], query[order])
                 top = order[rank < k]
