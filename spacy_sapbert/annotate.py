@@ -171,7 +171,9 @@ def _annotate_locked(input: Path, fmt: str, output: PathLike, pipeline: Optional
         bar = _Progress(progress)
         run_docs = run_mentions = 0
         try:
-            if not folder.complete:
+            if folder.complete:
+                folder.check_complete(documents)
+            else:
                 todo = folder.skip_finished(documents)
                 for shard in engine.shards(todo, skipped, shard_size, bar):
                     for entry in folder.commit(shard):

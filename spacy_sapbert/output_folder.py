@@ -110,6 +110,14 @@ class OutputFolder:
                 raise ValueError(f"{self.run['input']}: the documents of {entry['file']} are not those it was written from; the input changed")
         return docs
 
+    def check_complete(self, docs: Iterator[InputDocument]) -> None:
+        """For an output written to its end: ``docs`` are the documents it was written from, and no more.
+        A document added to the input since (or one replaced) would otherwise be left out without a word."""
+        if next(self.skip_finished(docs), None) is not None:
+            total = sum(int(e["docs"]) for e in self.shards)
+            raise ValueError(f"{self.run['input']}: more documents than the {total:,} that {self.path} was written from; "
+                             "the input changed (annotate it into a new OUTPUT, or with --overwrite)")
+
     def commit(self, shard: Shard) -> List[Dict[str, Any]]:
         """Take a finished shard; write it and every shard it was the last one missing for, in order.
         Returns the manifest entries written."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from spacy.language import Language
-from test_annotate import ROOT, TEXTS, add_first, build_kb, files, records, run, write_jsonl
+from test_annotate import IDS, ROOT, TEXTS, add_first, build_kb, files, records, run, write_jsonl
 from typer.testing import CliRunner
 
 from spacy_sapbert.cli import app
@@ -84,6 +84,26 @@ def test_a_tampered_first_shard_of_an_unfinished_run_is_redone(tmp_path, kb):
     summary = run(source, out, kb, shard_size=3)
     assert summary.redone == ["part-00000.jsonl", "part-00001.jsonl"] and summary.shards_skipped == 0
     assert files(out) == files(whole)
+
+
+def test_a_complete_output_refuses_an_input_that_changed_since(tmp_path, kb):
+    """A finished OUTPUT is checked against its input on every run, as an unfinished one is: a document
+    added or replaced since is named in one line, not left out of the output without a word."""
+    source = write_jsonl(tmp_path / "corpus.jsonl")
+    out = tmp_path / "out"
+    run(source, out, kb, shard_size=len(TEXTS))  # one full shard
+    before = files(out)
+    assert run(source, out, kb, shard_size=len(TEXTS)).run_docs == 0 and files(out) == before  # the same input: nothing to do
+    write_jsonl(source, texts=TEXTS + ["Asthma again."], ids=IDS + ["added"])
+    result = cli("annotate", source, out, "--kb", kb, "--detector", "ruler", "--shard-size", len(TEXTS))
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert f"more documents than the {len(TEXTS)} that {out} was written from; the input changed" in result.output
+    write_jsonl(source, ids=["replaced"] + IDS[1:])
+    with pytest.raises(ValueError, match="are not those it was written from; the input changed"):
+        run(source, out, kb, shard_size=len(TEXTS))
+    assert files(out) == before
+    write_jsonl(source, texts=TEXTS + ["Asthma again."], ids=IDS + ["added"])
+    assert run(source, out, kb, shard_size=len(TEXTS), overwrite=True).run_docs == len(TEXTS) + 1
 
 
 def test_every_manifest_entry_has_size_and_checksum(tmp_path, kb):
