@@ -99,7 +99,8 @@ class MentionCache:
         """Add the entries ``save`` wrote as the least recently used ones (a query cached already keeps
         its entry), up to ``size``. A file saved under another ``key`` is refused, naming both and
         ``owner`` (the linker's name); a damaged one (not JSON, a checksum that differs, an entry that
-        is not candidates of ``kb``: ``check_entries``) raises ``DamagedCacheError`` and adds nothing.
+        is not candidates of ``kb``: ``check_entries``) or one of the same linker written by another
+        version of its lookup (``LOOKUP_VERSION``: an upgrade) raises ``DamagedCacheError`` and adds nothing.
         Returns how many were added."""
         try:
             with open(path, encoding="utf8") as f:
@@ -108,7 +109,11 @@ class MentionCache:
             raise DamagedCacheError(f"{path}: not a JSON mention cache ({e})") from None
         if not isinstance(saved, dict) or saved.get("format") != CACHE_FORMAT or saved.get("version") != CACHE_VERSION:
             raise DamagedCacheError(f"{path} is not a mention cache written by SapBertLinker.save_cache (version {CACHE_VERSION})")
-        if saved.get("key") != json.loads(json.dumps(key)):
+        wanted = json.loads(json.dumps(key))
+        if saved.get("key") != wanted and isinstance(saved.get("key"), dict) and {**saved["key"], "lookup": wanted.get("lookup")} == wanted:
+            raise DamagedCacheError(f"{path} was written by another version of the linker's lookup "
+                                    f"(lookup {saved['key'].get('lookup', 'none')}, now {wanted.get('lookup')}): its answers may differ")
+        if saved.get("key") != wanted:
             raise ValueError(
                 f"{path} caches the mentions of another linker ({saved.get('key')}), not of {owner} ({key}): "
                 "delete it or keep caches of different KBs, encoders or settings apart"

@@ -237,6 +237,7 @@ def set_concept(concept: str):
     ("id not in the KB", "is not a concept of the KB"),
     ("edited without its checksum", "do not match the checksum"),
     ("garbage", "not a JSON mention cache"),
+    ("an older lookup", "was written by another version of the linker's lookup"),  # after an upgrade
 ])
 def test_a_bad_cache_file_is_discarded_with_a_warning_naming_it(tmp_path, kb, capfd, case, message):
     source = write_jsonl(tmp_path / "corpus.jsonl")
@@ -245,6 +246,10 @@ def test_a_bad_cache_file_is_discarded_with_a_warning_naming_it(tmp_path, kb, ca
     path = cache / "sapbert_linker.mentions.json"
     if case == "garbage":
         path.write_text("garbage, not JSON")
+    elif case == "an older lookup":
+        saved = json.loads(path.read_text())
+        saved["key"]["lookup"] -= 1
+        path.write_text(json.dumps(saved))
     else:
         rewrite_cache(path, set_concept("HP:2" if case != "id not in the KB" else "HP:999"), checksum=case != "edited without its checksum")
     capfd.readouterr()
