@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from encoder_precision import GSC_DEV, differing, gsc_dev, speed  # benchmarks/, beside this script
+from encoder_precision import GSC_DEV, differing, gsc_dev, pipeline_with_kb_in, speed  # benchmarks/, beside this script
 from pipeline_profile import corpus_texts
 
 from spacy_sapbert.machine import ISA_ENVIRONMENTS
@@ -69,11 +69,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     run_as_isa(args.isa)
     import torch
 
-    from spacy_sapbert.defaults import default_pipeline
     from spacy_sapbert.encoder import resolve_encoder_path, resolve_precision
     from spacy_sapbert.evaluation.datasets import read_gscplus
     from spacy_sapbert.evaluation.runner import evaluate
-    from spacy_sapbert.fileio import ENV_CACHE, write_json
+    from spacy_sapbert.fileio import write_json
     from spacy_sapbert.machine import machine_description
 
     torch.set_num_threads(args.threads)
@@ -91,15 +90,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             folder = truncated(resolve_encoder_path(None), layers, Path(scratch) / f"minilm-{layers}")
             cache = Path(scratch) / f"cache-{layers}"
             cache.mkdir()
-            before = os.environ.get(ENV_CACHE)
-            os.environ[ENV_CACHE] = str(cache)  # the HPO KB is built there, with this encoder
-            try:
-                nlp = default_pipeline(encoder=folder, progress=False)
-            finally:
-                if before is None:
-                    del os.environ[ENV_CACHE]
-                else:
-                    os.environ[ENV_CACHE] = before
+            nlp = pipeline_with_kb_in(cache, encoder=folder)  # its HPO KB built with this encoder
             row: Dict[str, Any] = {"speed": speed(nlp, texts)}
             found = gsc_dev(nlp, dev)
             reference = reference or found["spans"]

@@ -43,6 +43,23 @@ PRECISIONS = ("fp32", "int8", "bf16")
 GSC_DEV = ROOT.parent / "shared" / "data" / "gscplus-dev" / "GSCplus_dev_gold.tsv"
 
 
+def pipeline_with_kb_in(cache: Path, **options: Any):
+    """``default_pipeline(**options)`` with its HPO KB built in (or read from) ``cache``: a fresh
+    install's KB for that encoder and precision, the user's cache left as it was."""
+    from spacy_sapbert.defaults import default_pipeline
+    from spacy_sapbert.fileio import ENV_CACHE
+
+    before = os.environ.get(ENV_CACHE)
+    os.environ[ENV_CACHE] = str(cache)
+    try:
+        return default_pipeline(progress=False, **options)
+    finally:
+        if before is None:
+            del os.environ[ENV_CACHE]
+        else:
+            os.environ[ENV_CACHE] = before
+
+
 def with_precision(nlp, precision: str) -> None:
     """Run the pipeline's linker encoder at ``precision`` (the KB's vectors stay as they are)."""
     encoder = nlp.get_pipe("sapbert_linker").encoder
@@ -112,7 +129,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     from spacy_sapbert.defaults import default_pipeline
     from spacy_sapbert.encoder import native_bf16, resolve_precision
     from spacy_sapbert.evaluation.datasets import read_gscplus
-    from spacy_sapbert.fileio import ENV_CACHE, write_json
+    from spacy_sapbert.fileio import write_json
     from spacy_sapbert.machine import machine_description
 
     torch.set_num_threads(args.threads)
@@ -131,16 +148,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     reference: Optional[List[List[Any]]] = None
     scratch = tempfile.TemporaryDirectory(prefix="encoder-precision-kb-")  # the fresh KBs, one folder each
     for precision in precisions:
-        fresh_cache = os.path.join(scratch.name, precision) if args.fresh_kb else None
-        if fresh_cache is not None:
-            os.makedirs(fresh_cache)
-            before = os.environ.get(ENV_CACHE)
-            os.environ[ENV_CACHE] = fresh_cache  # the KB is built there, at this precision
-            nlp = default_pipeline(progress=False, precision=precision)
-            if before is None:
-                del os.environ[ENV_CACHE]
-            else:
-                os.environ[ENV_CACHE] = before
+        if args.fresh_kb:  # the KB is built in a folder of its own, at this precision
+            fresh_cache = Path(scratch.name) / precision
+            fresh_cache.mkdir()
+            nlp = pipeline_with_kb_in(fresh_cache, precision=precision)
         else:
             with_precision(nlp, precision)
         row: Dict[str, Any] = {"speed": speed(nlp, texts)}

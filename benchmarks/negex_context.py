@@ -17,10 +17,15 @@ negspacy's NegEx (``spacy_sapbert.negation.add_negation``, the package's negatio
 whole-set figure (its README: F 0.946, accuracy 97.7%) is quoted beside them.
 
     python benchmarks/negex_context.py [--data assets/negex/rsAnnotations-1-120-random.txt]
+
+It also prints (and records) a sha256 of every sentence's predicted attributes: run it with another
+checkout's package first on the path (``PYTHONPATH=/tmp/before python benchmarks/negex_context.py
+--output -``) to see whether a lexicon change moved any prediction at all, on any line.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -281,6 +286,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
         "seconds": {"sapbert_context": round(ours_s, 3), "negspacy": round(base_s, 3)},
         "uncertain_flagged": {split: sum(bool(p and p.get("uncertain")) for p in ours[a:b]) for split, (a, b) in SPLITS.items()},
         "sapbert_context": evaluate(rows, ours, ATTRS),
+        "predictions_sha256": hashlib.sha256(json.dumps(ours, sort_keys=True).encode()).hexdigest(),
         "historical_misses": misses_alone(rows, ours, "historical"),
         "negspacy": evaluate(rows, base, ("negated",)),
         "gennegex_published": GENNEGEX,
@@ -290,6 +296,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     print(table)
     print("historical misses that are the condition alone: " + ", ".join(
         f"{split} {m['condition_alone']} of {m['fn']}" for split, m in result["historical_misses"].items()))
+    print(f"predictions sha256 (every line, every attribute): {result['predictions_sha256']}")
     if args.errors:
         print("\n".join(errors(rows, ours, args.errors, SPLITS["dev (lines 1-1200)"])))
     if str(args.output) != "-":

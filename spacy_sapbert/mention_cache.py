@@ -109,11 +109,11 @@ class MentionCache:
             raise DamagedCacheError(f"{path}: not a JSON mention cache ({e})") from None
         if not isinstance(saved, dict) or saved.get("format") != CACHE_FORMAT or saved.get("version") != CACHE_VERSION:
             raise DamagedCacheError(f"{path} is not a mention cache written by SapBertLinker.save_cache (version {CACHE_VERSION})")
-        wanted = json.loads(json.dumps(key))
-        if saved.get("key") != wanted and isinstance(saved.get("key"), dict) and {**saved["key"], "lookup": wanted.get("lookup")} == wanted:
-            raise DamagedCacheError(f"{path} was written by another version of the linker's lookup "
-                                    f"(lookup {saved['key'].get('lookup', 'none')}, now {wanted.get('lookup')}): its answers may differ")
-        if saved.get("key") != wanted:
+        wanted, found = json.loads(json.dumps(key)), saved.get("key")
+        if found != wanted:
+            if isinstance(found, dict) and {**found, "lookup": wanted.get("lookup")} == wanted:  # this linker, another release
+                raise DamagedCacheError(f"{path} was written by another version of the linker's lookup "
+                                        f"(lookup {found.get('lookup', 'none')}, now {wanted.get('lookup')}): its answers may differ")
             raise ValueError(
                 f"{path} caches the mentions of another linker ({saved.get('key')}), not of {owner} ({key}): "
                 "delete it or keep caches of different KBs, encoders or settings apart"

@@ -114,8 +114,7 @@ class OutputFolder:
         """For an output written to its end: ``docs`` are the documents it was written from, and no more.
         A document added to the input since (or one replaced) would otherwise be left out without a word."""
         if next(self.skip_finished(docs), None) is not None:
-            total = sum(int(e["docs"]) for e in self.shards)
-            raise ValueError(f"{self.run['input']}: more documents than the {total:,} that {self.path} was written from; "
+            raise ValueError(f"{self.run['input']}: more documents than the {self.totals()['docs']:,} that {self.path} was written from; "
                              "the input changed (annotate it into a new OUTPUT, or with --overwrite)")
 
     def commit(self, shard: Shard) -> List[Dict[str, Any]]:

@@ -261,7 +261,8 @@ class FlatIndex(FaissIndex):
                     query.append(torch.tensor(crowded)[at])
                     if bool(dense.any()):
                         which = torch.tensor(crowded)[dense]
-                        every = (q[which].double() @ base.double().T).float()
+                        wanted = q[which].double()  # every name's score summed in float64, a block of names at a time
+                        every = torch.cat([(wanted @ part.double().T).float() for part in base.split(65536)], 1)
                         at, pos = torch.nonzero(every >= torch.topk(every, k, dim=1).values[:, -1:], as_tuple=True)
                         scored.append((which[at].numpy(), pos.numpy(), every[at, pos].numpy()))
                 query, row = torch.cat(query), torch.cat(row)
