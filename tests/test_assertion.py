@@ -196,6 +196,35 @@ def test_clinical_note_cues(nlp, text, target, attr, value):
     assert span[attr] is value
 
 
+# context_rules 1.4.0: a research abstract's absence of a gene, a treatment or a mutation is not the
+# absence of the condition the sentence goes on to name; a negated verb or quantifier still negates it
+@pytest.mark.parametrize("text,target,negated", [
+    ("Mice lacking the gene develop cataracts.", "cataracts", False),
+    ("In the absence of treatment, patients develop seizures.", "seizures", False),
+    ("Absence of the enzyme leads to hypoglycemia.", "hypoglycemia", False),
+    ("Lack of the receptor results in obesity.", "obesity", False),
+    ("Patients negative for the antibody developed nephritis.", "nephritis", False),
+    ("Patients without the mutation had normal hearing, whereas carriers had hearing loss.", "hearing loss", False),
+    ("No mutations were found in patients with cataract.", "cataract", False),
+    ("No fever, has a cough.", "cough", False),
+    ("No fever, has a cough.", "fever", True),
+    ("None of the patients had seizures.", "seizures", True),
+    ("No patients developed cataracts.", "cataracts", True),
+    ("Neither patient had reported previous seizures.", "seizures", True),
+    ("Aged rats have not developed prostate cancer.", "prostate cancer", True),
+    ("Carriers do not show hyperkeratosis.", "hyperkeratosis", True),
+    ("Treated patients do not seem to develop this skin lesion.", "skin lesion", True),
+    ("He denies having had chest pain.", "chest pain", True),
+    ("Seizures were not observed in mice lacking the gene.", "Seizures", True),
+], ids=["lacking-develop", "absence-of-develop", "absence-leads-to", "lack-results-in", "negative-for-developed",
+        "whereas", "found-in-population", "has-after-list", "list-before-has", "none-of-had", "no-patients-developed",
+        "neither-patient-had", "not-developed", "not-show", "not-seem-to-develop", "denies-having-had",
+        "not-observed-bwd"])
+def test_research_abstract_negation_scope(nlp, text, target, negated):
+    (span,) = run(nlp, text, target)
+    assert span["negated"] is negated
+
+
 def test_a_trigger_ends_only_the_scopes_that_give_another_value(nlp):
     # the 4-word "s/p" no longer ends the sentence-long "history of"
     cad, htn, dm = run(nlp, "History of CAD, s/p CABG, hypertension and diabetes.", "CAD", "hypertension", "diabetes")
