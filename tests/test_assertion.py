@@ -225,6 +225,18 @@ def test_research_abstract_negation_scope(nlp, text, target, negated):
     assert span["negated"] is negated
 
 
+# context_rules 1.4.0: the duration of a current complaint, and earlier literature, are no patient's past
+@pytest.mark.parametrize("text,target,historical", [
+    ("He presented with 5 days' history of jaundice and vomiting.", "vomiting", False),
+    ("A history of jaundice.", "jaundice", True),
+    ("The T1620M mutation, previously associated with IVF, was expressed in oocytes.", "IVF", False),
+    ("She was previously diagnosed with asthma.", "asthma", True),
+], ids=["days-apostrophe-history", "history-of", "previously-associated-with", "previously-diagnosed"])
+def test_research_abstract_history_cues(nlp, text, target, historical):
+    (span,) = run(nlp, text, target)
+    assert span["historical"] is historical
+
+
 def test_a_trigger_ends_only_the_scopes_that_give_another_value(nlp):
     # the 4-word "s/p" no longer ends the sentence-long "history of"
     cad, htn, dm = run(nlp, "History of CAD, s/p CABG, hypertension and diabetes.", "CAD", "hypertension", "diabetes")
