@@ -1,6 +1,6 @@
 """What fewer encoder layers would buy in speed and cost in dev accuracy (issue: "fewer layers").
 
-    python benchmarks/encoder_layers.py --isa avx2 [--layers 6 5 4 3] [--limit 500]
+    python benchmarks/encoder_layers.py --isa avx2 [--layers 6 5 4 3] [--limit 500] [--distilled FOLDER ...]
 
 The default encoder (all-MiniLM-L6-v2, 6 layers) cut to its first L layers, with no training: the
 truncated model is written to a temporary folder (config and safetensors, the later layers left out)
@@ -12,8 +12,12 @@ encoded with 6. Per L, in this process after ``--isa`` took effect:
   linked spans differ from the first L's;
 * its speed over the first ``--limit`` distinct NCBI-disease + BC5CDR abstracts
   (``encoder_precision.speed``: abstracts per CPU second after one untimed pass, caches emptied);
-* NCBI-disease dev on gold spans against MEDIC alone (``evaluation.runner.evaluate``, dictionary
-  ``ontology``; its KB encoded with that encoder in a temporary cache): lenient Acc@1 and Acc@5.
+* NCBI-disease and BC5CDR-disease dev on gold spans against MEDIC alone (``evaluation.runner.evaluate``,
+  dictionary ``ontology``; its KB encoded with that encoder in a temporary cache): lenient Acc@1 and
+  Acc@5 (BC5CDR-disease since the distilled rows were added: the committed cut rows lack it).
+
+``--distilled``: also a student of ``training.distill`` (fewer layers trained to give the teacher's
+vectors), measured the same way: its folder as the encoder everywhere, the KB encoded with it.
 
 Using fewer layers for the span finder's proposals only, with the full model for the links, would
 need a second KB index in the truncated model's space (the memory of the first again); its
@@ -58,7 +62,8 @@ def truncated(source: Path, layers: int, target: Path) -> Path:
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--isa", default="native", choices=list(ISA_ENVIRONMENTS))
-    parser.add_argument("--layers", nargs="+", type=int, default=[6, 5, 4, 3])
+    parser.add_argument("--layers", nargs="*", type=int, default=[6, 5, 4, 3])
+    parser.add_argument("--distilled", nargs="*", type=Path, default=[], help="student folders (training.distill)")
     parser.add_argument("--limit", type=int, default=500, help="abstracts timed")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--gsc", type=Path, default=GSC_DEV)
@@ -72,7 +77,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     from spacy_sapbert.encoder import resolve_encoder_path, resolve_precision
     from spacy_sapbert.evaluation.datasets import read_gscplus
     from spacy_sapbert.evaluation.runner import evaluate
-    from spacy_sapbert.fileio import write_json
+    from spacy_sapbert.fileio import read_json, write_json
     from spacy_sapbert.machine import machine_description
 
     torch.set_num_threads(args.threads)
@@ -86,20 +91,24 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     texts = corpus_texts(ROOT / "assets" / "benchmarks", args.limit)
     reference: Optional[List[List[Any]]] = None
     with tempfile.TemporaryDirectory(prefix="encoder-layers-") as scratch:
-        for layers in args.layers:
-            folder = truncated(resolve_encoder_path(None), layers, Path(scratch) / f"minilm-{layers}")
-            cache = Path(scratch) / f"cache-{layers}"
+        encoders = [(str(n), truncated(resolve_encoder_path(None), n, Path(scratch) / f"minilm-{n}")) for n in args.layers]
+        for label, folder in encoders + [(f"distilled:{p}", p) for p in args.distilled]:
+            cache = Path(scratch) / f"cache-{len(result['rows'])}"
             cache.mkdir()
             nlp = pipeline_with_kb_in(cache, encoder=folder)  # its HPO KB built with this encoder
             row: Dict[str, Any] = {"speed": speed(nlp, texts)}
             found = gsc_dev(nlp, dev)
             reference = reference or found["spans"]
             row["gsc_dev"] = {**found["scores"], "linked_spans_differing_from_first": differing(found["spans"], reference)}
-            ncbi = evaluate("ncbi-disease", str(folder), "ontology", "encoder", split="dev", cache_dir=cache,
-                            precision=result["precision"], threads=args.threads)
-            row["ncbi_dev_gold_spans_medic_alone"] = {k: ncbi[k] for k in ("lenient_acc@1", "lenient_acc@5", "n_queries") if k in ncbi}
-            result["rows"][str(layers)] = row
-            print(json.dumps({layers: row}), flush=True)
+            for dataset in ("ncbi-disease", "bc5cdr-disease"):
+                found = evaluate(dataset, str(folder), "ontology", "encoder", split="dev", cache_dir=cache,
+                                 precision=result["precision"], threads=args.threads)
+                row[f"{dataset.split('-')[0]}_dev_gold_spans_medic_alone"] = {
+                    k: found[k] for k in ("lenient_acc@1", "lenient_acc@5", "n_queries") if k in found}
+            if str(folder) in map(str, args.distilled):
+                row["distillation"] = read_json(folder / "distillation.json")
+            result["rows"][label] = row
+            print(json.dumps({label: row}), flush=True)
     result["load_average"]["after"] = [round(x, 2) for x in os.getloadavg()]
     write_json(output, result)
     return result

@@ -135,11 +135,11 @@ def test_auto_precision_is_bf16_only_where_it_is_faster(tiny_bert_path, monkeypa
 
 
 def test_training_auto_precision_is_bf16_on_a_cpu_only_where_it_is_faster(monkeypatch):
-    """The trainer's autocast is bf16 on the CPU only with AMX, and the authors' fp16 on CUDA; an
-    explicit choice is kept."""
+    """The trainer's autocast is bf16 on the CPU only where bf16 is faster (AMX, or AMD with AVX512-BF16),
+    and the authors' fp16 on CUDA; an explicit choice is kept."""
     cpu = torch.device("cpu")
     for fast, expected in ((True, "bf16"), (False, "fp32")):
-        monkeypatch.setattr(encoder_module, "amx_bf16", lambda device, fast=fast: fast)
+        monkeypatch.setattr(encoder_module, "fast_bf16", lambda device, fast=fast: fast)
         assert resolve_precision("auto", cpu, training=True) == expected
         assert resolve_precision("bf16", cpu, training=True) == "bf16"
     assert resolve_precision("auto", torch.device("cuda"), training=True) == "fp16"
@@ -152,7 +152,7 @@ def test_training_auto_precision_is_bf16_on_a_cpu_only_where_it_is_faster(monkey
 def test_bf16_counts_as_faster_with_amx_or_on_amd(monkeypatch):
     """On Intel, AVX512-BF16 without AMX computes bf16 natively, yet slower than fp32: fp32 stays the
     choice there. On AMD, MKL's fp32 GEMMs run AVX2 kernels while oneDNN's bf16 runs at full width:
-    bf16 is the choice for inference wherever it is native; training keeps fp32 without AMX."""
+    bf16 is the choice wherever it is native, for inference and training."""
     from spacy_sapbert import machine
 
     cpu = torch.device("cpu")
@@ -166,7 +166,7 @@ def test_bf16_counts_as_faster_with_amx_or_on_amd(monkeypatch):
         monkeypatch.setattr(encoder_module, "native_bf16", lambda device, native=native: native)
         assert encoder_module.fast_bf16(cpu) is expected, (vendor, amx, native)
         assert resolve_precision("auto", cpu) == ("bf16" if expected else "fp32")
-        assert resolve_precision("auto", cpu, training=True) == ("bf16" if amx and native else "fp32")
+        assert resolve_precision("auto", cpu, training=True) == ("bf16" if expected else "fp32")
     monkeypatch.setattr(machine, "cpu_vendor", lambda: "GenuineIntel")
     monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported", raising=False)  # a torch that cannot tell
     assert encoder_module.fast_bf16(cpu) is False

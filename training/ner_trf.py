@@ -10,7 +10,7 @@ in the CNN's data.
 The component trained is the one users run (``spacy_sapbert.tagger``): the same windows in training
 and prediction, and the dev F after each epoch comes from the saved pipeline through ``nlp.pipe``.
 AdamW with a linear warm-up and a linear decay that ends where the wall-clock budget will (re-fitted
-each epoch from the speed so far), bf16 autocast where it is faster than fp32 (a GPU, or a CPU with AMX), the word
+each epoch from the speed so far), bf16 autocast where it is faster than fp32 (a GPU, a CPU with AMX, or an AMD CPU with AVX512-BF16), the word
 embeddings frozen (so the saved tagger need not store them). A checkpoint after every epoch lets
 ``--resume`` continue a run that was stopped.
 
@@ -297,7 +297,7 @@ def train(
     max_length: int = typer.Option(512, help="wordpieces per window"),
     attention_dropout: float = typer.Option(0.0, help="dropout on attention weights while training (BERT's 0.1 takes torch's slow attention path)"),
     threads: int = typer.Option(2, help="torch threads"),
-    precision: str = typer.Option("auto", help="auto (bf16 autocast where it is faster than fp32: a GPU, or a CPU with AMX), bf16 or fp32"),
+    precision: str = typer.Option("auto", help="auto (bf16 autocast where it is faster than fp32: a GPU, a CPU with AMX, or an AMD CPU with AVX512-BF16), bf16 or fp32"),
     device: str = typer.Option("auto", help="auto (CUDA if present), cpu or cuda"),
     seed: int = typer.Option(0),
     with_dev: bool = typer.Option(False, help="train on train + dev for --epochs (chosen by a run that selected on dev); keeps the last epoch"),

@@ -1,0 +1,90 @@
+"""``training.distill``: a student with fewer layers learns the teacher's vectors, saves as an encoder
+folder, and resumes from its checkpoint exactly."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typer
+
+from spacy_sapbert.encoder import SapEncoder
+from spacy_sapbert.records import ConceptRecord
+from training import distill
+
+NAMES = [("C1", "diabetes mellitus type 1", ["insulin dependent diabetes"]), ("C2", "heart attack", ["myocardial infarction"]),
+         ("C3", "hypertension", ["high blood pressure"]), ("C4", "bronchial asthma", []), ("C5", "breast cancer", ["breast tumor"]),
+         ("C6", "renal failure", ["kidney failure"]), ("C7", "iron deficiency anemia", []), ("C8", "migraine", ["headache"])]
+
+
+@pytest.fixture(scope="module")
+def kb_path(kb_folder) -> Path:
+    return kb_folder([ConceptRecord(cui, name, aliases) for cui, name, aliases in NAMES])
+
+
+@pytest.fixture(scope="module")
+def pubtator(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("texts") / "train.PubTator.txt"
+    path.write_text("1|t|Fever and seizure in epilepsy\n1|a|Lung cancer with renal failure and anemia.\n\n", encoding="utf8")
+    return path
+
+
+def distil(tmp: Path, teacher: Path, kb: Path, texts: Path, steps: int, **options) -> Path:
+    output = tmp / "student"
+    args = {"output": output, "kb": [kb], "texts": [texts], "teacher": str(teacher), "layers": [1], "steps": steps,
+            "batch_size": 8, "lr": 1e-3, "text_strings": 20, "precision": "fp32", "checkpoint_every": 0, "seed": 0, **options}
+    distill.main(**args)
+    return output
+
+
+def distance(encoder: SapEncoder, teacher: SapEncoder, strings) -> float:
+    """Mean (1 - cosine) to the teacher's vectors (a random tiny BERT's are all alike: cosines near 1)."""
+    return float(np.mean(1 - np.sum(encoder.encode(strings) * teacher.encode(strings), axis=1)))
+
+
+def test_the_student_learns_the_teachers_vectors_and_loads_as_an_encoder(tmp_path, tiny_bert_path, tiny_encoder, kb_path, pubtator):
+    strings, n_names = distill.training_strings([kb_path], [pubtator], 20, 0)
+    assert n_names == 14 and strings[:n_names] == list(dict.fromkeys(strings[:n_names]))
+    assert "renal failure" not in strings[n_names:]  # a KB name is not counted again as an n-gram
+    untrained = distil(tmp_path / "a", tiny_bert_path, kb_path, pubtator, steps=0)
+    trained = distil(tmp_path / "b", tiny_bert_path, kb_path, pubtator, steps=60)
+    before = SapEncoder.load(untrained, device="cpu", precision="fp32")
+    after = SapEncoder.load(trained, device="cpu", precision="fp32")
+    assert before.model.config.num_hidden_layers == after.model.config.num_hidden_layers == 1
+    assert distance(after, tiny_encoder, strings) < 0.5 * distance(before, tiny_encoder, strings)
+    report = distill.read_json(trained / distill.REPORT_FILE)
+    assert report["teacher_fingerprint"] == tiny_encoder.fingerprint and report["layers"] == [1]
+    assert report["strings"] == len(strings) and report["kb_names"] == 14
+
+
+def test_a_resumed_run_continues_exactly_and_refuses_another_runs_checkpoint(tmp_path, tiny_bert_path, kb_path, pubtator,
+                                                                            monkeypatch):
+    whole = distil(tmp_path / "whole", tiny_bert_path, kb_path, pubtator, steps=20)
+
+    class Killed(Exception):
+        pass
+
+    write = distill.save_checkpoint
+
+    def write_then_die(*args, **kwargs):
+        write(*args, **kwargs)
+        raise Killed
+
+    parts = tmp_path / "parts"
+    monkeypatch.setattr(distill, "save_checkpoint", write_then_die)
+    with pytest.raises(Killed):  # killed right after its checkpoint at step 10
+        distil(parts, tiny_bert_path, kb_path, pubtator, steps=20, checkpoint_every=10)
+    monkeypatch.setattr(distill, "save_checkpoint", write)
+    work = parts / "student.work"
+    assert not (parts / "student").exists() and (work / distill.CHECKPOINT / "state.json").is_file()
+    with pytest.raises(typer.BadParameter, match="another run"):
+        distil(parts, tiny_bert_path, kb_path, pubtator, steps=20, lr=5e-4)
+    resumed = distil(parts, tiny_bert_path, kb_path, pubtator, steps=20)  # the same run: continues from step 10
+    assert distill.read_json(resumed / distill.REPORT_FILE)["resumed_at_step"] == 10
+    assert not (work / distill.CHECKPOINT).exists() and (work / "teacher.npy").is_file()
+    a = SapEncoder.load(whole, device="cpu", precision="fp32").encode(["kidney failure", "fever"])
+    b = SapEncoder.load(resumed, device="cpu", precision="fp32").encode(["kidney failure", "fever"])
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_layers_must_be_the_teachers(tmp_path, tiny_bert_path, kb_path, pubtator):
+    with pytest.raises(typer.BadParameter, match="layers"):
+        distil(tmp_path, tiny_bert_path, kb_path, pubtator, steps=1, layers=[2])
