@@ -116,6 +116,9 @@ def overrides(setup, output: Path, **extra) -> Dict[str, object]:
         "training.lr": 5e-3,
         "training.log_every": 5,
         "training.checkpoint_every": 0,
+        # fp32 on every CPU: "auto" autocasts to bf16 where that is faster (AMX, AMD with AVX512-BF16), and
+        # these tests compare runs of different shapes (two processes and one, merged and adapted weights)
+        "training.precision": "fp32",
     }
     base.update(extra)
     return base
