@@ -88,3 +88,23 @@ def test_a_resumed_run_continues_exactly_and_refuses_another_runs_checkpoint(tmp
 def test_layers_must_be_the_teachers(tmp_path, tiny_bert_path, kb_path, pubtator):
     with pytest.raises(typer.BadParameter, match="layers"):
         distil(tmp_path, tiny_bert_path, kb_path, pubtator, steps=1, layers=[2])
+
+
+def test_the_teachers_cached_vectors_are_reused_only_intact_and_for_the_same_key(tmp_path):
+    made = []
+
+    def make(value):
+        def run():
+            made.append(value)
+            return np.full((3, 2), value, dtype=np.float32)
+        return run
+
+    path = tmp_path / "teacher.npy"
+    key = {"strings_sha256": "a", "teacher": "t"}
+    assert distill.cached_array(path, key, make(1.0))[0, 0] == 1.0
+    assert distill.cached_array(path, key, make(2.0))[0, 0] == 1.0 and made == [1.0]  # reused
+    assert distill.cached_array(path, {**key, "teacher": "u"}, make(3.0))[0, 0] == 3.0  # another teacher: made again
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # a damaged byte
+    path.write_bytes(bytes(data))
+    assert distill.cached_array(path, {**key, "teacher": "u"}, make(4.0))[0, 0] == 4.0 and made == [1.0, 3.0, 4.0]

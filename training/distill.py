@@ -22,7 +22,8 @@ space: a KB encoded by the teacher can be searched with it, and one encoded by i
   removed when the student is written.
 * ``OUTPUT``: a transformers folder that ``SapEncoder.load`` (and so every ``encoder=`` setting)
   takes, with ``distillation.json``: the teacher's fingerprint, the layers, the strings' sha256, the
-  settings, the final losses, the seconds and the CPU. Written atomically when training ends.
+  settings, the final losses, the seconds and the CPU. Written when training ends (the folder
+  atomically, by ``SapEncoder.save``).
 """
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ import hashlib
 import re
 import shutil
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
@@ -40,7 +40,7 @@ import torch
 import typer
 
 from spacy_sapbert.encoder import SapEncoder, resolve_encoder_path, resolve_precision
-from spacy_sapbert.fileio import atomic_dir, read_json, replace_dir, write_json
+from spacy_sapbert.fileio import file_sha256, read_json, replace_dir, write_json
 from training.checkpoint import optimizer_from_tensors, optimizer_to_tensors, verify_checkpoint, write_checksums
 
 NEIGHBOURS = 16  # KB names per string whose scores the loss keeps
@@ -81,15 +81,19 @@ def strings_sha256(strings: Sequence[str]) -> str:
 
 
 def cached_array(path: Path, key: Dict[str, str], make) -> np.ndarray:
-    """``make()``, saved as ``path`` (.npy) beside ``path``.json holding ``key``; reused only under the same key."""
+    """``make()``, saved as ``path`` (.npy) beside ``path``.json holding ``key`` and the file's sha256;
+    reused only under the same key and checksum, else made again."""
     meta = path.with_suffix(".json")
-    if path.is_file() and meta.is_file() and read_json(meta) == key:
-        return np.load(path)
+    if path.is_file() and meta.is_file():
+        saved = read_json(meta)
+        if saved.get("key") == key and saved.get("sha256") == file_sha256(path):
+            return np.load(path)
     array = make()
     tmp = path.with_name(path.name + ".tmp.npy")
     np.save(tmp, array)
+    meta.unlink(missing_ok=True)  # never an old key beside new bytes
     tmp.replace(path)
-    write_json(meta, key)
+    write_json(meta, {"key": key, "sha256": file_sha256(path)})
     return array
 
 
@@ -221,20 +225,16 @@ def main(
             save_checkpoint(work, student, optimizer, {"step": step + 1, "key": run_key})
     bar.close()
     final = np.mean(recent, axis=0).tolist() if recent else None
-    with atomic_dir(output) as tmp:
-        student.save_pretrained(str(tmp), safe_serialization=True)
-        tokenizer.save_pretrained(str(tmp))
-        student_encoder = SapEncoder(student, tokenizer, copy.deepcopy(teacher_encoder.settings), device="cpu", precision="fp32")
-        write_json(tmp / "sapbert_encoder.json", {**asdict(student_encoder.settings), "fingerprint": student_encoder.fingerprint})
-        write_json(tmp / REPORT_FILE, {
-            "made_by": "python -m training.distill", "teacher": teacher_encoder.source,
-            "teacher_fingerprint": teacher_encoder.fingerprint, **settings, "precision": "bf16" if autocast else "fp32",
-            "strings": len(strings), "kb_names": n_names, "strings_sha256": key["strings_sha256"],
-            "kbs": [str(p) for p in kb], "texts": [str(p) for p in texts],
-            "final_losses_last_100_steps": dict(zip(("one_minus_cosine", "near_names_mse", "batch_mse"), final)) if final else None,
-            "resumed_at_step": start, "seconds": round(time.perf_counter() - t0, 1), "machine": machine_description(),
-            "torch": torch.__version__,
-        })
+    SapEncoder(student, tokenizer, copy.deepcopy(teacher_encoder.settings), device="cpu", precision="fp32").save(output)
+    write_json(output / REPORT_FILE, {
+        "made_by": "python -m training.distill", "teacher": teacher_encoder.source,
+        "teacher_fingerprint": teacher_encoder.fingerprint, **settings, "precision": "bf16" if autocast else "fp32",
+        "strings": len(strings), "kb_names": n_names, "strings_sha256": key["strings_sha256"],
+        "kbs": [str(p) for p in kb], "texts": [str(p) for p in texts],
+        "final_losses_last_100_steps": dict(zip(("one_minus_cosine", "near_names_mse", "batch_mse"), final)) if final else None,
+        "resumed_at_step": start, "seconds": round(time.perf_counter() - t0, 1), "machine": machine_description(),
+        "torch": torch.__version__,
+    })
     shutil.rmtree(work / CHECKPOINT, ignore_errors=True)  # the teacher's vectors stay, for another student
     typer.echo(f"{output}: {len(layers)} layers; {REPORT_FILE} says how it was made", err=True)
 
