@@ -108,3 +108,13 @@ def test_the_teachers_cached_vectors_are_reused_only_intact_and_for_the_same_key
     data[-1] ^= 0xFF  # a damaged byte
     path.write_bytes(bytes(data))
     assert distill.cached_array(path, {**key, "teacher": "u"}, make(4.0))[0, 0] == 4.0 and made == [1.0, 3.0, 4.0]
+
+
+def test_bad_input_is_one_line_naming_the_file_and_nothing_is_written(tmp_path, tiny_bert_path, kb_path):
+    bad = tmp_path / "bad.PubTator.txt"
+    bad.write_text("1|t|Fever\nnot an annotation\n", encoding="utf8")
+    with pytest.raises(typer.BadParameter, match=r"bad\.PubTator\.txt:2"):
+        distil(tmp_path, tiny_bert_path, kb_path, bad, steps=1)
+    with pytest.raises(typer.BadParameter, match="not a spacy-sapbert KB folder"):
+        distil(tmp_path, tiny_bert_path, tmp_path / "nothing", bad, steps=1)
+    assert list(tmp_path.iterdir()) == [bad]

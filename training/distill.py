@@ -176,14 +176,17 @@ def main(
     from spacy_sapbert.machine import machine_description
 
     t0 = time.perf_counter()
-    work = output.with_name(output.name + ".work")
-    work.mkdir(parents=True, exist_ok=True)
     teacher_encoder = SapEncoder.load(resolve_encoder_path(teacher), device="cpu", precision="fp32", plain_bert=False)
     if any(str(p) == "default" for p in kb):
         from spacy_sapbert.hpo_kb import default_kb_path
 
         kb = [default_kb_path(teacher_encoder) if str(p) == "default" else p for p in kb]
-    strings, n_names = training_strings(kb, texts, text_strings, seed)
+    try:
+        strings, n_names = training_strings(kb, texts, text_strings, seed)
+    except (OSError, ValueError) as e:  # a folder that is no KB, a missing or malformed text file
+        raise typer.BadParameter(str(e)) from None
+    work = output.with_name(output.name + ".work")
+    work.mkdir(parents=True, exist_ok=True)
     key = {"strings_sha256": strings_sha256(strings), "teacher": teacher_encoder.fingerprint}
     typer.echo(f"{len(strings)} strings ({n_names} KB names), teacher {teacher_encoder.source}", err=True)
     targets = cached_array(work / "teacher.npy", key, lambda: teacher_encoder.encode(strings, batch_size=256, progress=True))
