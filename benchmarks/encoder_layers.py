@@ -91,8 +91,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     texts = corpus_texts(ROOT / "assets" / "benchmarks", args.limit)
     reference: Optional[List[List[Any]]] = None
     with tempfile.TemporaryDirectory(prefix="encoder-layers-") as scratch:
-        encoders = [(str(n), truncated(resolve_encoder_path(None), n, Path(scratch) / f"minilm-{n}")) for n in args.layers]
-        for label, folder in encoders + [(f"distilled:{p}", p) for p in args.distilled]:
+        cut = [(str(n), truncated(resolve_encoder_path(None), n, Path(scratch) / f"minilm-{n}"), False) for n in args.layers]
+        for label, folder, distilled in cut + [(f"distilled:{p}", p, True) for p in args.distilled]:
             cache = Path(scratch) / f"cache-{len(result['rows'])}"
             cache.mkdir()
             nlp = pipeline_with_kb_in(cache, encoder=folder)  # its HPO KB built with this encoder
@@ -105,7 +105,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
                                  precision=result["precision"], threads=args.threads)
                 row[f"{dataset.split('-')[0]}_dev_gold_spans_medic_alone"] = {
                     k: found[k] for k in ("lenient_acc@1", "lenient_acc@5", "n_queries") if k in found}
-            if str(folder) in map(str, args.distilled):
+            if distilled:
                 row["distillation"] = read_json(folder / "distillation.json")
             result["rows"][label] = row
             print(json.dumps({label: row}), flush=True)

@@ -8,6 +8,7 @@ import typer
 
 from spacy_sapbert.encoder import SapEncoder
 from spacy_sapbert.records import ConceptRecord
+from training import checkpoint as ckpt
 from training import distill
 
 NAMES = [("C1", "diabetes mellitus type 1", ["insulin dependent diabetes"]), ("C2", "heart attack", ["myocardial infarction"]),
@@ -74,12 +75,12 @@ def test_a_resumed_run_continues_exactly_and_refuses_another_runs_checkpoint(tmp
         distil(parts, tiny_bert_path, kb_path, pubtator, steps=20, checkpoint_every=10)
     monkeypatch.setattr(distill, "save_checkpoint", write)
     work = parts / "student.work"
-    assert not (parts / "student").exists() and (work / distill.CHECKPOINT / "state.json").is_file()
+    assert not (parts / "student").exists() and ckpt.latest_checkpoint(work / distill.CHECKPOINTS) is not None
     with pytest.raises(typer.BadParameter, match="another run"):
         distil(parts, tiny_bert_path, kb_path, pubtator, steps=20, lr=5e-4)
     resumed = distil(parts, tiny_bert_path, kb_path, pubtator, steps=20)  # the same run: continues from step 10
     assert distill.read_json(resumed / distill.REPORT_FILE)["resumed_at_step"] == 10
-    assert not (work / distill.CHECKPOINT).exists() and (work / "teacher.npy").is_file()
+    assert not (work / distill.CHECKPOINTS).exists() and (work / "teacher.npy").is_file()
     a = SapEncoder.load(whole, device="cpu", precision="fp32").encode(["kidney failure", "fever"])
     b = SapEncoder.load(resumed, device="cpu", precision="fp32").encode(["kidney failure", "fever"])
     np.testing.assert_allclose(a, b, atol=1e-6)

@@ -16,10 +16,10 @@ space: a KB encoded by the teacher can be searched with it, and one encoded by i
   difference of s.k and t.k over the 16 KB names k nearest to t (the scores a link is chosen by),
   plus 10 x that over the batch's other teacher vectors. Dropout stays off: a batch's loss depends
   on the step alone, so a resumed run continues exactly.
-* Work files in ``OUTPUT.work/``: the strings, the teacher's vectors and neighbours (reused only
-  for the same strings and teacher, by sha256 and fingerprint), and a checkpoint every
-  ``--checkpoint-every`` steps (safetensors and JSON with checksums), resumed from when present and
-  removed when the student is written.
+* Work files in ``OUTPUT.work/``: the teacher's vectors and neighbours (reused only for the same
+  strings and teacher, by sha256 and fingerprint, and while their own sha256 holds), and a checkpoint
+  every ``--checkpoint-every`` steps (``training.checkpoint``'s layout and checksums), resumed from
+  when present and removed when the student is written.
 * ``OUTPUT``: a transformers folder that ``SapEncoder.load`` (and so every ``encoder=`` setting)
   takes, with ``distillation.json``: the teacher's fingerprint, the layers, the strings' sha256, the
   settings, the final losses, the seconds and the CPU. Written when training ends (the folder
@@ -32,22 +32,23 @@ import hashlib
 import re
 import shutil
 import time
+from collections import deque
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Deque, Dict, List, Sequence, Tuple
 
 import numpy as np
 import torch
 import typer
 
 from spacy_sapbert.encoder import SapEncoder, resolve_encoder_path, resolve_precision
-from spacy_sapbert.fileio import file_sha256, read_json, replace_dir, write_json
-from training.checkpoint import optimizer_from_tensors, optimizer_to_tensors, verify_checkpoint, write_checksums
+from spacy_sapbert.fileio import file_sha256, read_json, write_json
+from training import checkpoint as ckpt
 
 NEIGHBOURS = 16  # KB names per string whose scores the loss keeps
 SCORE_WEIGHT = 10.0  # of the squared score differences, against (1 - cosine)
 WARMUP_STEPS = 200
 _LETTERS = re.compile(r"[A-Za-z]{3}")
-CHECKPOINT = "checkpoint"
+CHECKPOINTS = "checkpoints"
 REPORT_FILE = "distillation.json"
 
 
@@ -129,34 +130,35 @@ def batch_rows(step: int, n: int, batch_size: int, seed: int) -> np.ndarray:
 
 
 def save_checkpoint(work: Path, student: torch.nn.Module, optimizer: torch.optim.Optimizer, state: Dict) -> None:
+    """The student and optimizer at ``state["step"]``, published as the trainer's are (``training.checkpoint``)."""
     from safetensors.torch import save_file
 
-    staging = work / f".{CHECKPOINT}.partial"
-    if staging.exists():
+    root, step = work / CHECKPOINTS, state["step"]
+    staging = ckpt.staging_dir(root, step)
+    if staging.exists():  # left by a write that was killed
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
-    save_file({k: v.contiguous() for k, v in student.state_dict().items()}, str(staging / "model.safetensors"))
-    tensors, meta = optimizer_to_tensors(optimizer)
-    save_file(tensors, str(staging / "optimizer.safetensors"))
-    write_json(staging / "state.json", {**state, "optimizer": meta})
-    write_checksums(staging)
-    replace_dir(staging, work / CHECKPOINT)
+    save_file({k: v.contiguous() for k, v in student.state_dict().items()}, str(staging / ckpt.MODEL_FILE))
+    tensors, meta = ckpt.optimizer_to_tensors(optimizer)
+    save_file(tensors, str(staging / ckpt.OPTIMIZER_FILE))
+    write_json(staging / ckpt.STATE_FILE, {**state, "optimizer": meta})
+    ckpt.publish(staging, root, step, keep=1)
 
 
 def resume(work: Path, student: torch.nn.Module, optimizer: torch.optim.Optimizer, key: Dict[str, object]) -> int:
     """The step the checkpoint in ``work`` reached (0 without one); refuses one from another run."""
     from safetensors.torch import load_file
 
-    folder = work / CHECKPOINT
-    if not (folder / "state.json").is_file():
+    folder = ckpt.latest_checkpoint(work / CHECKPOINTS)
+    if folder is None:
         return 0
-    verify_checkpoint(folder)
-    state = read_json(folder / "state.json")
+    ckpt.verify_checkpoint(folder)
+    state = read_json(folder / ckpt.STATE_FILE)
     if state.get("key") != key:
         raise typer.BadParameter(f"{folder} was written by another run (its strings, teacher or settings differ): "
                                  "delete it or use another OUTPUT")
-    student.load_state_dict(load_file(str(folder / "model.safetensors")))
-    optimizer_from_tensors(optimizer, load_file(str(folder / "optimizer.safetensors")), state["optimizer"])
+    student.load_state_dict(load_file(str(folder / ckpt.MODEL_FILE)))
+    ckpt.optimizer_from_tensors(optimizer, load_file(str(folder / ckpt.OPTIMIZER_FILE)), state["optimizer"])
     return int(state["step"])
 
 
@@ -202,7 +204,7 @@ def main(
     autocast = resolve_precision(precision, torch.device("cpu"), training=True) == "bf16"
     T, K, NB = torch.from_numpy(targets), torch.from_numpy(targets[:n_names]), torch.from_numpy(neighbours)
     tokenizer, max_length = teacher_encoder.tokenizer, teacher_encoder.settings.max_length
-    recent: List[List[float]] = []
+    recent: Deque[List[float]] = deque(maxlen=100)  # the losses of the last 100 steps, for the report
     bar = tqdm(total=steps, initial=start, desc="distilling", unit="step")
     for step in range(start, steps):
         for group in optimizer.param_groups:
@@ -220,7 +222,7 @@ def main(
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        recent = (recent + [[x.item() for x in (vector.detach(), near.detach(), within.detach())]])[-100:]
+        recent.append([x.item() for x in (vector.detach(), near.detach(), within.detach())])
         bar.update(1)
         if step % 100 == 0:
             bar.set_postfix(cos_loss=f"{recent[-1][0]:.4f}", near=f"{recent[-1][1]:.5f}")
@@ -238,7 +240,7 @@ def main(
         "resumed_at_step": start, "seconds": round(time.perf_counter() - t0, 1), "machine": machine_description(),
         "torch": torch.__version__,
     })
-    shutil.rmtree(work / CHECKPOINT, ignore_errors=True)  # the teacher's vectors stay, for another student
+    shutil.rmtree(work / CHECKPOINTS, ignore_errors=True)  # the teacher's vectors stay, for another student
     typer.echo(f"{output}: {len(layers)} layers; {REPORT_FILE} says how it was made", err=True)
 
 

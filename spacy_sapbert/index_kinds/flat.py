@@ -251,16 +251,17 @@ class FlatIndex(FaissIndex):
                     query.append(torch.full((len(pos),), i))
                 scored: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (query, row, exact score) known already
                 if crowded:  # shortlisted from fp32 scores of every name: the fp32 error is a thousandth of bf16's
-                    crowded_q = q[crowded]
+                    crowded_rows = torch.tensor(crowded)
+                    crowded_q = q[crowded_rows]
                     sims32 = crowded_q @ base.T
                     error = 2 * FP32_UNIT_ERROR * self.dim * self._largest_norm() * crowded_q.norm(dim=1, keepdim=True)
                     near = sims32 >= torch.topk(sims32, k, dim=1).values[:, -1:] - error
                     dense = near.sum(1) > SHORTLIST_MAX_NAMES  # fp32 cannot tell them apart either: every name summed in float64
                     at, pos = torch.nonzero(near & ~dense[:, None], as_tuple=True)
                     row.append(pos)
-                    query.append(torch.tensor(crowded)[at])
+                    query.append(crowded_rows[at])
                     if bool(dense.any()):
-                        which = torch.tensor(crowded)[dense]
+                        which = crowded_rows[dense]
                         wanted = q[which].double()  # every name's score summed in float64, a block of names at a time
                         every = torch.cat([(wanted @ part.double().T).float() for part in base.split(65536)], 1)
                         at, pos = torch.nonzero(every >= torch.topk(every, k, dim=1).values[:, -1:], as_tuple=True)
