@@ -1,6 +1,7 @@
 """What fewer encoder layers would buy in speed and cost in dev accuracy (issue: "fewer layers").
 
     python benchmarks/encoder_layers.py --isa avx2 [--layers 6 5 4 3] [--limit 500] [--distilled FOLDER ...]
+        [--query-encoders minilm-l3 ...]
 
 The default encoder (all-MiniLM-L6-v2, 6 layers) cut to its first L layers, with no training: the
 truncated model is written to a temporary folder (config and safetensors, the later layers left out)
@@ -19,9 +20,13 @@ encoded with 6. Per L, in this process after ``--isa`` took effect:
 ``--distilled``: also a student of ``training.distill`` (fewer layers trained to give the teacher's
 vectors), measured the same way: its folder as the encoder everywhere, the KB encoded with it.
 
-Using fewer layers for the span finder's proposals only, with the full model for the links, would
-need a second KB index in the truncated model's space (the memory of the first again); its
-proposals would be the ones measured here. Dev splits only. Writes
+``--query-encoders``: a student as the linker's ``query_encoder`` (``spacy_sapbert/query_encoder.py``;
+``minilm-l3`` is the one shipped): the KB encoded by the 6-layer MiniLM, its teacher, and the
+queries alone by the student; measured the same way, with the linker's setting.
+
+Using a cut (untrained) encoder for the span finder's proposals only, with the full model for the
+links, would need a second KB index in the truncated model's space (the memory of the first again);
+a distilled one needs none, being trained into the teacher's space (``--query-encoders``). Dev splits only. Writes
 ``benchmarks/results/encoder_layers_ISA.json``; nothing here changes a default.
 """
 from __future__ import annotations
@@ -64,6 +69,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser.add_argument("--isa", default="native", choices=list(ISA_ENVIRONMENTS))
     parser.add_argument("--layers", nargs="*", type=int, default=[6, 5, 4, 3])
     parser.add_argument("--distilled", nargs="*", type=Path, default=[], help="student folders (training.distill)")
+    parser.add_argument("--query-encoders", nargs="*", default=[], help="the linker's query_encoder: minilm-l3 or a student folder")
     parser.add_argument("--limit", type=int, default=500, help="abstracts timed")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--gsc", type=Path, default=GSC_DEV)
@@ -91,22 +97,27 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     texts = corpus_texts(ROOT / "assets" / "benchmarks", args.limit)
     reference: Optional[List[List[Any]]] = None
     with tempfile.TemporaryDirectory(prefix="encoder-layers-") as scratch:
-        cut = [(str(n), truncated(resolve_encoder_path(None), n, Path(scratch) / f"minilm-{n}"), False) for n in args.layers]
-        for label, folder, distilled in cut + [(f"distilled:{p}", p, True) for p in args.distilled]:
+        minilm = resolve_encoder_path(None)
+        cut = [(str(n), truncated(minilm, n, Path(scratch) / f"minilm-{n}"), None) for n in args.layers]
+        students = [(f"distilled:{p}", p, None) for p in args.distilled]
+        queries = [(f"query_encoder:{q}", minilm, q) for q in args.query_encoders]
+        for label, folder, query_encoder in cut + students + queries:
             cache = Path(scratch) / f"cache-{len(result['rows'])}"
             cache.mkdir()
-            nlp = pipeline_with_kb_in(cache, encoder=folder)  # its HPO KB built with this encoder
+            nlp = pipeline_with_kb_in(cache, encoder=folder, query_encoder=query_encoder)  # its HPO KB built with this encoder
             row: Dict[str, Any] = {"speed": speed(nlp, texts)}
             found = gsc_dev(nlp, dev)
             reference = reference or found["spans"]
             row["gsc_dev"] = {**found["scores"], "linked_spans_differing_from_first": differing(found["spans"], reference)}
             for dataset in ("ncbi-disease", "bc5cdr-disease"):
                 found = evaluate(dataset, str(folder), "ontology", "encoder", split="dev", cache_dir=cache,
-                                 precision=result["precision"], threads=args.threads)
+                                 precision=result["precision"], threads=args.threads, query_encoder=query_encoder)
                 row[f"{dataset.split('-')[0]}_dev_gold_spans_medic_alone"] = {
                     k: found[k] for k in ("lenient_acc@1", "lenient_acc@5", "n_queries") if k in found}
-            if distilled:
+            if label.startswith("distilled:"):
                 row["distillation"] = read_json(folder / "distillation.json")
+            if query_encoder is not None:
+                row["query_encoder"] = nlp.get_pipe("sapbert_linker").query_encoder.describe()
             result["rows"][label] = row
             print(json.dumps({label: row}), flush=True)
     result["load_average"]["after"] = [round(x, 2) for x in os.getloadavg()]

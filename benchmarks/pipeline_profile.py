@@ -418,22 +418,23 @@ def render(r: Dict[str, Any]) -> str:
 
 
 def ratios(r: Dict[str, Any]) -> Dict[str, str]:
+    """The rates' ratios as text; those against FastHPOCR with 3 decimals (a target of 0.3x must not round up to it)."""
     out = {}
     for code in ("before", "after"):
         runs = r["runs"].get(code, {})
         for n, name in itertools.product(r["processes"], ("hpo", "hpo-int8")):
             hpo = _rate(runs.get(name, {}), n)
             if hpo and r.get("fasthpocr"):
-                out[f"{name} / FastHPOCR (1 process), {code}, {n} process(es)"] = f"{hpo / r['fasthpocr']['abstracts_per_s']:.2f}"
+                out[f"{name} / FastHPOCR (1 process), {code}, {n} process(es)"] = f"{hpo / r['fasthpocr']['abstracts_per_s']:.3f}"
             hpo_cpu = next((p.get("abstracts_per_cpu_s") for p in runs.get(name, {}).get("pipe", []) if p["n_process"] == n), None)
             if hpo_cpu and r.get("fasthpocr", {}).get("abstracts_per_cpu_s"):
-                out[f"{name} / FastHPOCR per CPU second, {code}"] = f"{hpo_cpu / r['fasthpocr']['abstracts_per_cpu_s']:.2f}"
+                out[f"{name} / FastHPOCR per CPU second, {code}"] = f"{hpo_cpu / r['fasthpocr']['abstracts_per_cpu_s']:.3f}"
                 encoder_cpu = runs[name].get("inner", {}).get("encoder", {}).get("cpu")
                 if encoder_cpu is not None and r["fasthpocr"].get("abstracts"):
                     # the most that encoding less could give: the pipeline's CPU seconds less all of the encoder's
                     rest = r["fasthpocr"]["abstracts"] / hpo_cpu - encoder_cpu
                     out[f"{name} / FastHPOCR per CPU second with the encoder's seconds removed (ceiling), {code}"] = (
-                        f"{r['fasthpocr']['abstracts'] / rest / r['fasthpocr']['abstracts_per_cpu_s']:.2f}")
+                        f"{r['fasthpocr']['abstracts'] / rest / r['fasthpocr']['abstracts_per_cpu_s']:.3f}")
         for n in r["processes"]:
             for detector in ("ner", "ner-trf"):
                 ner, alone = _rate(runs.get(detector, {}), n), _rate(runs.get(f"{detector}-alone", {}), n)

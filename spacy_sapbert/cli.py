@@ -525,6 +525,7 @@ def evaluate(
     context_weight: float = typer.Option(0.0, help="Rerank by the mention's sentence with this weight (0: off), against concept prototypes built for the run (--context-examples)"),
     context_examples: str = typer.Option("self", help="With --context-weight: self (unambiguous names found verbatim in the corpora's unlabelled train abstracts) or self+train (also the annotated mentions of the seen splits)"),
     consistency: float = typer.Option(0.0, help="The linker's in-document consistency: a later mention that repeats an earlier one's query, or its last words, takes the earlier concept when it scored at least this (0: off)"),
+    query_encoder: Optional[str] = typer.Option(None, help="The linker's smaller encoder for the queries alone, distilled from the KB's encoder: minilm-l3 (shipped, for MiniLM's KBs) or a training.distill folder (default: none)"),
     sweep_threshold: bool = typer.Option(False, "--sweep-threshold", help="With --end-to-end: also score the run at a grid of NIL thresholds (use --split dev to choose one)"),
     spelling: bool = typer.Option(True, help="Gold spans: apply the benchmark's spell-check list (outside the pipeline)"),
     abbreviations: bool = typer.Option(True, help="Expand abbreviations defined in the document (pipeline)"),
@@ -548,7 +549,8 @@ def evaluate(
         from .evaluation.end_to_end import THRESHOLD_GRID, end_to_end_command
 
         settings = {k: v for k, v in (("ambiguous", ambiguous), ("threshold", threshold), ("fusion_weight", fusion_weight),
-                                      ("context_weight", context_weight or None), ("consistency", consistency or None)) if v is not None}
+                                      ("context_weight", context_weight or None), ("consistency", consistency or None),
+                                      ("query_encoder", query_encoder)) if v is not None}
         end_to_end_command(dataset, detector, dictionary, encoder, split=split, ner_model=ner_model, abbreviations=abbreviations,
                            linker_config=settings or None, nested=nested, pipeline=pipeline,
                            threshold_sweep=THRESHOLD_GRID if sweep_threshold else (), context_examples=context_examples,
@@ -558,4 +560,5 @@ def evaluate(
 
     evaluate_command(dataset, encoder, dictionary, output, batch_size, precision, system, threads=threads, split=split,
                      spelling=spelling, abbreviations=abbreviations, composites=composites, fusion_weight=fusion_weight,
-                     context_weight=context_weight, context_examples=context_examples, consistency=consistency)
+                     context_weight=context_weight, context_examples=context_examples, consistency=consistency,
+                     query_encoder=query_encoder)

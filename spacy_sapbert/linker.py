@@ -37,6 +37,7 @@ from .link_annotations import BatchLinks, CandidateTuple, PartTuple, as_candidat
 from .linker_settings import AMBIGUOUS_CHOICES, LinkerSettings, settings_signature
 from .mention_cache import MentionCache, cache_key
 from .overlap import pipe_batches
+from .query_encoder import Student
 from .query_search import search_queries, top_score, whole_or_parts
 from .rerankers import consistent_in_document, rerank_in_context
 from .scoring import make_kb_id_scorer, score_kb_ids
@@ -47,7 +48,7 @@ __all__ = ["AMBIGUOUS_CHOICES", "CandidateTuple", "LinkerSettings", "PartTuple",
            "make_kb_id_scorer", "make_sapbert_linker", "register_span_attribute", "score_kb_ids"]
 BYTES_FORMAT = "spacy-sapbert-linker-bytes-v1"
 # the component's attribute for each setting whose attribute name differs
-_ATTRIBUTE_OF_SETTING = {"kb": "kb_path", "encoder": "encoder_path"}
+_ATTRIBUTE_OF_SETTING = {"kb": "kb_path", "encoder": "encoder_path", "query_encoder": "query_encoder_path"}
 
 
 def _built_with(linking_kb: LinkingKB) -> Optional[str]:
@@ -63,7 +64,7 @@ class SapBertLinker(Pipe):
                  default_kb: Optional[Callable[[SapEncoder], Union[str, Path]]] = None, **overrides: Any):
         """``settings``: ``LinkerSettings`` (its defaults where None), with ``overrides`` by field name
         (``kb_path``/``encoder_path`` for ``kb``/``encoder``); each becomes an attribute of the same
-        name (``kb_path``/``encoder_path`` for those two). ``default_kb``: the KB folder for an encoder,
+        name (``kb_path``/``encoder_path``/``query_encoder_path`` for those three). ``default_kb``: the KB folder for an encoder,
         used when ``kb_path`` is None (the factory passes the embedded HPO default's; without it such a
         linker refuses to load)."""
         settings = (settings or LinkerSettings()).with_overrides(**overrides).validate()
@@ -75,6 +76,9 @@ class SapBertLinker(Pipe):
         self.default_kb = default_kb
         self.linking_kb: Optional[LinkingKB] = None
         self.encoder: Optional[SapEncoder] = None
+        # the smaller encoder of the queries (``query_encoder``), built on ``encoder`` from the student
+        self.query_encoder: Optional[SapEncoder] = None
+        self._student: Optional[Student] = None
         self._calibrated_threshold = 0.0  # the KB's, read when it is set (``_attach``)
         self._context_reader: Optional[SapEncoder] = None
         register_span_attribute(self.cui_attr)
@@ -169,7 +173,11 @@ class SapBertLinker(Pipe):
 
     def _attach(self, linking_kb: Optional[LinkingKB], encoder: Optional[SapEncoder]) -> None:
         """Hold ``linking_kb`` and ``encoder`` (one may be None until loaded), reading the KB's calibrated
-        threshold once, and forget what came from the ones before: the cache, the context reader."""
+        threshold once, and forget what came from the ones before: the cache, the context reader. With
+        ``query_encoder`` set, its student is rebuilt on ``encoder`` (refused if distilled from another)."""
+        if self._student is None and self.query_encoder_path is not None:
+            self._student = Student.read(self.query_encoder_path)
+        self.query_encoder = self._student.build(encoder) if self._student is not None and encoder is not None else None
         self.linking_kb, self.encoder = linking_kb, encoder
         found = linking_kb.calibrated_threshold if linking_kb is not None else None
         self._calibrated_threshold = 0.0 if found is None else float(found)
@@ -287,17 +295,17 @@ class SapBertLinker(Pipe):
         return self._cache.lookup(keys, self._search)
 
     def _search(self, queries: List[str]) -> List[List[Candidate]]:
-        """Candidates of normalised queries, searched in one batch (no cache)."""
+        """Candidates of normalised queries, searched in one batch (no cache), encoded by the query encoder if set."""
         assert self.linking_kb is not None and self.encoder is not None
-        return search_queries(self.linking_kb, self.encoder, queries, top_k=self.top_k, exact_names=self.exact_names,
+        return search_queries(self.linking_kb, self.query_encoder or self.encoder, queries, top_k=self.top_k, exact_names=self.exact_names,
                               fusion_weight=self.effective_fusion_weight, batch_size=self.batch_size)
 
     def _cache_key(self) -> Dict[str, Any]:
         """What the cached candidates depend on: the KB, its index, the encoder, its precision, ``top_k``,
-        ``exact_names`` and the fusion weight."""
+        ``exact_names``, the fusion weight and the query encoder."""
         assert self.linking_kb is not None and self.encoder is not None
         return cache_key(self.linking_kb, self.encoder, top_k=self.top_k, exact_names=self.exact_names,
-                         fusion_weight=self.effective_fusion_weight)
+                         fusion_weight=self.effective_fusion_weight, query_encoder=self.query_encoder)
 
     def save_cache(self, path: Union[str, Path]) -> int:
         """Write the mention cache (normalised query → candidates, least recently used first) to
@@ -342,14 +350,14 @@ class SapBertLinker(Pipe):
 
     # ------------------------------------------------------------------ serialization
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
-        """Save the encoder (``encoder/``) and the KB with its index (``kb/``) inside the pipeline
-        folder, so it loads anywhere. Settings are the pipeline's config and are not saved here.
+        """Save the encoder (``encoder/``), the KB with its index (``kb/``) and the query encoder's
+        student (``query_encoder/``, where set) inside the pipeline folder, so it loads anywhere. Settings are the pipeline's config and are not saved here.
 
         A linker on the embedded default KB that was never used saves neither: loaded, it builds
         or reuses the default from its config at first use, as it would have here."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        parts = [p for p in ("encoder", "kb") if p not in exclude]
+        parts = [p for p in ("encoder", "kb", "query_encoder") if p not in exclude]
         if not parts or (self.linking_kb is None and self.encoder is None and self.kb_path is None):
             return
         self.ensure_ready()
@@ -358,10 +366,12 @@ class SapBertLinker(Pipe):
             self.encoder.save(path / "encoder")
         if "kb" in parts:
             self.linking_kb.to_disk(path / "kb")
+        if "query_encoder" in parts and self._student is not None:
+            self._student.write(path / "query_encoder")
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "SapBertLinker":
-        """Load the KB and encoder ``to_disk`` saved, except those in ``exclude`` (``"kb"``,
-        ``"encoder"``); a part excluded or not saved is kept, or loaded from the config at first use."""
+        """Load the KB, encoder and query encoder ``to_disk`` saved, except those in ``exclude`` (``"kb"``,
+        ``"encoder"``, ``"query_encoder"``); a part excluded or not saved is kept, or loaded from the config at first use."""
         return self._from_folder(Path(path), exclude, mmap=True)
 
     def _from_folder(self, path: Path, exclude: Iterable[str], mmap: bool) -> "SapBertLinker":
@@ -370,6 +380,8 @@ class SapBertLinker(Pipe):
             linking_kb = LinkingKB.from_disk(path / "kb", mmap=mmap)
         if "encoder" not in exclude and (path / "encoder").is_dir():
             encoder = self._load_encoder(str(path / "encoder"))
+        if "query_encoder" not in exclude and (path / "query_encoder").is_dir():
+            self._student = Student.read(path / "query_encoder")
         if linking_kb is not None and encoder is not None:
             self.set_kb(linking_kb, encoder)
         else:

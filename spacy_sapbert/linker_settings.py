@@ -27,7 +27,10 @@ class LinkerSettings:
 
     ``kb``: a folder built by ``build-kb`` (None: the embedded HPO default).
     ``encoder``: a local transformers folder (None: the encoder the KB was built with if that
-    folder exists here, else the offline MiniLM). ``threshold``: the lowest top score that sets
+    folder exists here, else the offline MiniLM). ``query_encoder``: a smaller encoder for the queries
+    alone, distilled from the KB's encoder (``query_encoder.py``: a folder ``training.distill`` wrote, or
+    ``"minilm-l3"``, the 3-layer one shipped for MiniLM's KBs); the KB's names keep their vectors, and any
+    other KB encoder is refused. None: the queries are encoded by the KB's encoder. ``threshold``: the lowest top score that sets
     ``_.cui`` (None: the threshold calibrated on dev mentions stored in the KB, else 0.0; 1.0: exact
     names only). ``ambiguous``: what ``_.cui``/``kb_id_`` get
     when the best name belongs to several concepts: ``"first"`` (the likeliest of them: the KB's
@@ -56,6 +59,7 @@ class LinkerSettings:
 
     kb: Optional[str] = None
     encoder: Optional[str] = None
+    query_encoder: Optional[str] = None
     top_k: int = 5
     threshold: Optional[float] = None
     ambiguous: str = "first"

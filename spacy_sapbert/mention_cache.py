@@ -31,13 +31,17 @@ CACHE_VERSION = 2  # 2: entries sorted by query, with their sha256
 LOOKUP_VERSION = 3
 
 
-def cache_key(linking_kb: LinkingKB, encoder: SapEncoder, *, top_k: int, exact_names: bool, fusion_weight: float) -> Dict[str, Any]:
+def cache_key(linking_kb: LinkingKB, encoder: SapEncoder, *, top_k: int, exact_names: bool, fusion_weight: float,
+              query_encoder: Optional[SapEncoder] = None) -> Dict[str, Any]:
     """What cached candidates depend on: the KB, its index, the encoder, its precision, ``top_k``,
-    ``exact_names``, how queries are searched (``LOOKUP_VERSION``) and the fusion weight (a saved cache
-    loads only where these are the same)."""
-    return {"kb": linking_kb.meta["kb_fingerprint"], "index": linking_kb.index.meta, "encoder": encoder.fingerprint,
-            "precision": encoder.precision, "top_k": top_k, "exact_names": exact_names, "lookup": LOOKUP_VERSION,
-            "fusion_weight": fusion_weight}
+    ``exact_names``, how queries are searched (``LOOKUP_VERSION``), the fusion weight and the query
+    encoder where one is set (a saved cache loads only where these are the same)."""
+    key = {"kb": linking_kb.meta["kb_fingerprint"], "index": linking_kb.index.meta, "encoder": encoder.fingerprint,
+           "precision": encoder.precision, "top_k": top_k, "exact_names": exact_names, "lookup": LOOKUP_VERSION,
+           "fusion_weight": fusion_weight}
+    if query_encoder is not None:
+        key["query_encoder"] = query_encoder.fingerprint
+    return key
 
 
 class MentionCache:

@@ -133,7 +133,7 @@ def assertion_record(span: Span) -> Dict[str, Any]:
 
 def pipeline_fingerprint(nlp: Language) -> str:
     """A hash of what decides the pipeline's output: its config, the weights of its trained components,
-    and each linker's KB, index, encoder, precision, threshold, fusion weight and context prototypes. A resumed run (or a cluster
+    and each linker's KB, index, encoder, precision, query encoder, threshold, fusion weight and context prototypes. A resumed run (or a cluster
     worker) must have the same."""
     h = hashlib.sha256(nlp.config.to_str().encode())
     for name, proc in nlp.pipeline:
@@ -145,6 +145,8 @@ def pipeline_fingerprint(nlp: Language) -> str:
         described = [lkb.meta["kb_fingerprint"], lkb.index.meta, linker.encoder.fingerprint, linker.encoder.precision, linker.effective_threshold]
         if linker.effective_fusion_weight:
             described.append(linker.effective_fusion_weight)
+        if linker.query_encoder is not None:
+            described.append(linker.query_encoder.fingerprint)
         if linker.effective_context_weight:
             described += [linker.effective_context_weight, lkb.context.fingerprint]
         h.update(json.dumps(described, sort_keys=True).encode())
@@ -162,8 +164,9 @@ def prepare_pipeline(nlp: Language, max_chars: int, cache_size: Optional[int] = 
     linkers = linkers_of(nlp)
     for linker in linkers:
         linker.cache_size = cache_size or linker.cache_size
-        if linker.encoder is not None:
-            linker.encoder.pass_rows = ENCODER_PASS_ROWS
+        for encoder in (linker.encoder, linker.query_encoder):
+            if encoder is not None:
+                encoder.pass_rows = ENCODER_PASS_ROWS
         if linker.linking_kb is not None:
             linker.linking_kb.index.pass_queries = SEARCH_PASS_QUERIES
     from .tagger import TransformerTagger

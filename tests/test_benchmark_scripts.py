@@ -108,13 +108,14 @@ def test_pipeline_profile_ratios_compare_runs_of_the_same_run(monkeypatch):
     result = {"processes": [1, 2], "fasthpocr": {"abstracts_per_s": 1000.0},
               "runs": {"after": {"hpo": run(400.0, 700.0), "ner": run(40.0, 70.0), "ner-alone": run(50.0, 100.0)}}}
     assert profile.ratios(result) == {
-        "hpo / FastHPOCR (1 process), after, 1 process(es)": "0.40", "ner / its NER alone, after, 1 process(es)": "0.80",
-        "hpo / FastHPOCR (1 process), after, 2 process(es)": "0.70", "ner / its NER alone, after, 2 process(es)": "0.70",
+        "hpo / FastHPOCR (1 process), after, 1 process(es)": "0.400", "ner / its NER alone, after, 1 process(es)": "0.80",
+        "hpo / FastHPOCR (1 process), after, 2 process(es)": "0.700", "ner / its NER alone, after, 2 process(es)": "0.70",
     }
     # on a shared machine the same run's rates per CPU second are set side by side too
-    result["runs"]["after"]["hpo"]["pipe"][0]["abstracts_per_cpu_s"] = 300.0
+    # (with 3 decimals: 0.296 must not print as the 0.30 of a 0.3x target)
+    result["runs"]["after"]["hpo"]["pipe"][0]["abstracts_per_cpu_s"] = 444.0
     result["fasthpocr"]["abstracts_per_cpu_s"] = 1500.0
-    assert profile.ratios(result)["hpo / FastHPOCR per CPU second, after"] == "0.20"
+    assert profile.ratios(result)["hpo / FastHPOCR per CPU second, after"] == "0.296"
 
 
 def test_cpu_profile_shares_out_time_by_where_it_is_spent(monkeypatch):

@@ -23,7 +23,9 @@ space: a KB encoded by the teacher can be searched with it, and one encoded by i
 * ``OUTPUT``: a transformers folder that ``SapEncoder.load`` (and so every ``encoder=`` setting)
   takes, with ``distillation.json``: the teacher's fingerprint, the layers, the strings' sha256, the
   settings, the final losses, the seconds and the CPU. Written when training ends (the folder
-  atomically, by ``SapEncoder.save``).
+  atomically, by ``SapEncoder.save``). The linker's ``query_encoder`` takes it too: then only the queries
+  go through it, searched against KBs the teacher encoded (``spacy_sapbert/query_encoder.py``);
+  ``training.export_student`` writes the smaller folder the package ships.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ import typer
 
 from spacy_sapbert.encoder import SapEncoder, resolve_encoder_path, resolve_precision
 from spacy_sapbert.fileio import file_sha256, read_json, write_json
+from spacy_sapbert.query_encoder import REPORT_FILE, keep_layers
 from training import checkpoint as ckpt
 
 NEIGHBOURS = 16  # KB names per string whose scores the loss keeps
@@ -49,7 +52,6 @@ SCORE_WEIGHT = 10.0  # of the squared score differences, against (1 - cosine)
 WARMUP_STEPS = 200
 _LETTERS = re.compile(r"[A-Za-z]{3}")
 CHECKPOINTS = "checkpoints"
-REPORT_FILE = "distillation.json"
 
 
 def training_strings(kbs: Sequence[Path], texts: Sequence[Path], text_strings: int, seed: int) -> Tuple[List[str], int]:
@@ -110,12 +112,10 @@ def nearest_names(vectors: np.ndarray, names: np.ndarray, k: int = NEIGHBOURS, b
 
 def student_of(teacher: SapEncoder, layers: Sequence[int]) -> torch.nn.Module:
     """A copy of the teacher (a transformers model) keeping ``layers``, in that order; embeddings frozen."""
-    n = teacher.model.config.num_hidden_layers
-    if not layers or any(not 0 <= i < n for i in layers):
-        raise typer.BadParameter(f"--layers must name layers of the teacher's {n} (0 to {n - 1}), got {list(layers)}")
-    student = copy.deepcopy(teacher.model)
-    student.encoder.layer = torch.nn.ModuleList(copy.deepcopy(teacher.model.encoder.layer[i]) for i in layers)
-    student.config.num_hidden_layers = len(layers)
+    try:
+        student = keep_layers(teacher.model, layers)
+    except ValueError as e:
+        raise typer.BadParameter(f"--{e}") from None
     for p in student.embeddings.parameters():
         p.requires_grad = False
     return student.eval()  # no dropout: see the module docstring

@@ -254,17 +254,19 @@ def _make_ranker(system: str, kb: ConceptKB, python: Optional[PathLike], cache_d
 
 def gold_span_pipeline(kb_folder: PathLike, linking_kb: LinkingKB, encoder: SapEncoder, *, abbreviations: bool = True, composites: bool = True,
                        batch_size: int = 128, fusion_weight: Optional[float] = None, context_weight: Optional[float] = None,
-                       consistency: float = 0.0):
+                       consistency: float = 0.0, query_encoder: Optional[str] = None):
     """``build_pipeline(kb, detector="gold")`` with the loaded KB and encoder attached to its linker.
 
     The linker keeps ``LINKER_TOP_K`` concepts per query (enough for five distinct predictions)
     and also links the span group ``gold_spans.GOLD_SPANS_KEY`` (documents whose gold mentions overlap);
-    ``fusion_weight``, ``context_weight``: the linker's settings (None: the KB's); ``consistency`` too (0: off).
+    ``fusion_weight``, ``context_weight``: the linker's settings (None: the KB's); ``consistency`` too (0: off);
+    ``query_encoder`` too (None: off).
     """
     from ..pipelines import build_pipeline
 
     config = {"top_k": LINKER_TOP_K, "spans_key": GOLD_SPANS_KEY, "split_composites": composites, "batch_size": batch_size,
-              "fusion_weight": fusion_weight, "context_weight": context_weight, "consistency": consistency}
+              "fusion_weight": fusion_weight, "context_weight": context_weight, "consistency": consistency,
+              "query_encoder": query_encoder}
     nlp = build_pipeline(kb_folder, detector="gold", encoder=encoder.source, abbreviations=abbreviations, linker_config=config)
     find_linker(nlp).set_kb(linking_kb, encoder)
     return nlp
@@ -287,6 +289,7 @@ def _pipeline_rankings(
     context: Optional[ContextPrototypes] = None,
     context_weight: Optional[float] = None,
     consistency: float = 0.0,
+    query_encoder: Optional[str] = None,
 ) -> Tuple[List[List[Ranking]], Dict[str, object], float, int, Optional[List[List[Ranking]]]]:
     """Per test query, the linker's rankings (one per linked part), read from ``nlp.pipe`` over
     the test documents with the gold spans set; also what to record, the pipeline's seconds, the
@@ -297,7 +300,7 @@ def _pipeline_rankings(
     linking_kb.context = context
     nlp = gold_span_pipeline(folder, linking_kb, encoder, abbreviations=abbreviations, composites=composites,
                              batch_size=batch_size, fusion_weight=fusion_weight, context_weight=context_weight,
-                             consistency=consistency)
+                             consistency=consistency, query_encoder=query_encoder)
     fixes = load_spelling(dataset, data_dir) if spelling else None
     documents = datasets.load_split(dataset, split, data_dir)
     links = link_gold_mentions(nlp, documents, fixes, batch_size=batch_size)
@@ -308,6 +311,7 @@ def _pipeline_rankings(
     without = rankings_of(link_gold_mentions(nlp, documents, None, batch_size=batch_size)) if fixes else None
     info: Dict[str, object] = {
         "encoder": encoder.describe(),
+        **({"query_encoder": find_linker(nlp).query_encoder.describe()} if query_encoder else {}),
         "pipeline": [name for name, _ in nlp.pipeline],
         "pipeline_options": {"abbreviations": abbreviations, "split_composites": composites, "linker_top_k": LINKER_TOP_K,
                              "fusion_weight": find_linker(nlp).effective_fusion_weight,
@@ -374,6 +378,7 @@ def evaluate(
     context_weight: float = 0.0,
     context_examples: str = "self",
     consistency: float = 0.0,
+    query_encoder: Optional[str] = None,
 ) -> Dict[str, object]:
     """Evaluate one system on the ``split`` of ``dataset`` (test to report, dev to choose settings:
     its *paper* dictionary then adds the train mentions alone); accuracies are in percent.
@@ -385,7 +390,8 @@ def evaluate(
     dense fusion (None: the KB's stored weight, else off); ``context_weight`` > 0 reranks by the
     mention's sentence against concept prototypes built here (``context_prototypes``; their build
     time is setup, not query time); ``consistency`` > 0 switches on the linker's in-document
-    consistency at that confidence. ``exact``, ``tfidf`` and
+    consistency at that confidence; ``query_encoder``: the linker's smaller query encoder
+    (``query_encoder.py``). ``exact``, ``tfidf`` and
     ``scispacy`` (``encoder_path`` = a python with scispacy installed) rank the harness's
     preprocessed strings. ``mentions_per_s`` times the linking of the test mentions (the
     pipeline for ``encoder``; dictionary encoding and index building excluded);
@@ -408,7 +414,7 @@ def evaluate(
                           if context_weight else None)
             rankings, system_info, query_s, searched, without_spelling = _pipeline_rankings(
                 dataset, test, kb, encoder, cache_dir, data_dir, batch_size, abbreviations, composites, spelling, progress,
-                fusion_weight, split, prototypes, context_weight, consistency,
+                fusion_weight, split, prototypes, context_weight, consistency, query_encoder,
             )
             if prototypes is not None:
                 system_info["context_prototypes"] = {"concepts": len(prototypes), **prototypes.meta["sources"]}  # type: ignore[dict-item]
