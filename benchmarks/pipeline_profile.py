@@ -8,6 +8,8 @@ first ``--limit`` of them. Pipelines, each in a fresh process with torch and FAI
 
 * ``hpo``: the embedded default (``default_pipeline()``: the span finder over the HPO KB);
 * ``hpo-int8``: the same at ``precision="int8"`` (opt-in; with ``--before-code``, that checkout's int8);
+* ``hpo-l3``: the same with the linker's ``query_encoder="minilm-l3"`` (opt-in: the queries encoded by
+  3 distilled layers, ``spacy_sapbert/query_encoder.py``; not in a checkout from before it);
 * ``ner``: ``build_pipeline({"Disease": MEDIC, "Chemical": MeSH-2024}, "ner", negation=True)``;
 * ``ner-alone``: the shipped NER by itself (``spacy.load`` of the folder the ``ner`` detector loads,
   with the pipelines' tokenizer, ``spacy_sapbert.tokenizer``);
@@ -62,7 +64,8 @@ CORPUS_FILES = (
     "ncbi-disease/NCBItrainset_corpus.txt", "ncbi-disease/NCBIdevelopset_corpus.txt", "ncbi-disease/NCBItestset_corpus.txt",
     "bc5cdr/CDR_TrainingSet.PubTator.txt", "bc5cdr/CDR_DevelopmentSet.PubTator.txt", "bc5cdr/CDR_TestSet.PubTator.txt",
 )
-PIPELINES = ("hpo", "hpo-int8", "ner", "ner-alone", "ner-trf", "ner-trf-alone")  # hpo-int8: the HPO default at precision="int8"
+PIPELINES = ("hpo", "hpo-int8", "hpo-l3", "ner", "ner-alone", "ner-trf", "ner-trf-alone")
+HPO_OPTIONS = {"hpo": {}, "hpo-int8": {"precision": "int8"}, "hpo-l3": {"query_encoder": "minilm-l3"}}  # default_pipeline's
 # What is timed inside the components, where the code has it: (label, module, class, method, whether
 # to count the items of the first argument (names encoded, queries searched) rather than the calls).
 INNER = (
@@ -136,10 +139,10 @@ def build(request: Dict[str, Any]):
     """The pipeline the request names, as a user builds it."""
     import spacy
 
-    if request["pipeline"] in ("hpo", "hpo-int8"):
+    if request["pipeline"] in HPO_OPTIONS:
         from spacy_sapbert.defaults import default_pipeline
 
-        return default_pipeline(progress=False, **({"precision": "int8"} if request["pipeline"] == "hpo-int8" else {}))
+        return default_pipeline(progress=False, **HPO_OPTIONS[request["pipeline"]])
     from spacy_sapbert import pipelines
 
     detector = request["pipeline"].replace("-alone", "")
@@ -422,7 +425,7 @@ def ratios(r: Dict[str, Any]) -> Dict[str, str]:
     out = {}
     for code in ("before", "after"):
         runs = r["runs"].get(code, {})
-        for n, name in itertools.product(r["processes"], ("hpo", "hpo-int8")):
+        for n, name in itertools.product(r["processes"], HPO_OPTIONS):
             hpo = _rate(runs.get(name, {}), n)
             if hpo and r.get("fasthpocr"):
                 out[f"{name} / FastHPOCR (1 process), {code}, {n} process(es)"] = f"{hpo / r['fasthpocr']['abstracts_per_s']:.3f}"

@@ -12,7 +12,6 @@ from spacy.language import Language
 from .detectors import DetectorSpec, detector_names
 from .encoder import SapEncoder, resolve_encoder_path
 from .hpo_kb import default_kb_path
-from .query_encoder import shipped_for
 
 HPO_BROWSER_URL = "https://hpo.jax.org/browse/term/{}"
 DEMO_NOTE = Path(__file__).parent / "data" / "demo_note.txt"
@@ -30,22 +29,20 @@ HPO_NESTED = "heads"
 
 def default_pipeline(
     encoder: Union[str, os.PathLike, None] = None, progress: bool = True, detector: DetectorSpec = DEFAULT_DETECTOR,
-    precision: str = "auto", query_encoder: Optional[str] = "auto",
+    precision: str = "auto", query_encoder: Optional[str] = None,
 ) -> Language:
     """The embedded default: HPO KB + MiniLM, mentions found by the span finder (its defaults tuned
     on phenotype dev data), nested mentions in ``doc.spans["sapbert_nested"]`` (linked too),
     abbreviations expanded, each mention's assertion set by ConText (``span._.negated``,
     ``historical``, ``hypothetical``, ``uncertain``, ``experiencer``, ``section``, ``assertion``).
     ``precision``: the encoder's (``encoder.resolve_precision``), for the KB built on first use too.
-    ``query_encoder``: the linker's (``LinkerSettings.query_encoder``); ``auto``: the student shipped
-    for the encoder (``minilm-l3`` for the default MiniLM: its queries encoded by 3 layers, about 1.3x
-    the 6 layers' speed on an AVX2 CPU at dev accuracy within a mention or two, README), else None."""
+    ``query_encoder``: the linker's (``LinkerSettings.query_encoder``): ``"minilm-l3"`` encodes the queries
+    with 3 distilled layers, faster on an AVX2-only CPU at a small cost in detected mentions (opt-in, as
+    ``precision="int8"`` is: README, Limits)."""
     from .pipelines import LINKER, build_pipeline
     from .search import LinkingKB
 
     enc = SapEncoder.load(resolve_encoder_path(encoder), precision=precision)
-    if query_encoder == "auto":
-        query_encoder = shipped_for(enc)
     kb = default_kb_path(enc, progress=progress)
     nlp = build_pipeline(
         kb,

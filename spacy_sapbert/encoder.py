@@ -13,7 +13,7 @@ import re
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -253,6 +253,8 @@ class SapEncoder:
         # None: each pass holds up to ``batch_size`` texts of one width. N: every pass holds exactly N
         # (``fixed_passes``), so a text's vector no longer depends on the other texts of the call.
         self.pass_rows: Optional[int] = None
+        # a distilled student's knots [x, y] mapping its cosines onto its teacher's (``query_encoder.py``)
+        self.score_calibration: Optional[List[List[float]]] = None
         self._fingerprint: Optional[str] = None
         self._inference_model: Optional[torch.nn.Module] = None
         self._inference_key: Optional[Tuple[int, int]] = None

@@ -40,7 +40,7 @@ def cache_key(linking_kb: LinkingKB, encoder: SapEncoder, *, top_k: int, exact_n
            "precision": encoder.precision, "top_k": top_k, "exact_names": exact_names, "lookup": LOOKUP_VERSION,
            "fusion_weight": fusion_weight}
     if query_encoder is not None:
-        key["query_encoder"] = query_encoder.fingerprint
+        key["query_encoder"] = [query_encoder.fingerprint, query_encoder.score_calibration]
     return key
 
 

@@ -37,12 +37,13 @@ def search_queries(linking_kb: LinkingKB, encoder: SapEncoder, queries: List[str
     """Candidates of normalised queries, searched in one batch (``LinkingKB.candidates``). A British
     spelling that is no KB name ("t-cell leukaemia", ``american_alternatives``) is also searched as its
     American one, which an encoder trained mostly on American text places better, and the list with
-    the better top score answers it."""
+    the better top score answers it. The scores of encoded queries pass through the encoder's
+    ``score_calibration`` where it has one (a distilled query encoder's)."""
     american = american_alternatives(linking_kb.kb, queries)
     searched = list(queries) + sorted(set(american.values()) - set(queries))
     vectors, name_rows = query_vectors(linking_kb, encoder, searched, exact_names=exact_names, batch_size=batch_size)
     found = dict(zip(searched, linking_kb.candidates(vectors, top_k=top_k, queries=searched, fusion_weight=fusion_weight,
-                                                     name_rows=name_rows)))
+                                                     name_rows=name_rows, calibration=encoder.score_calibration)))
     return [found[american[q]] if q in american and top_score(found[american[q]]) > top_score(found[q]) else found[q]
             for q in queries]
 

@@ -167,6 +167,7 @@ class LinkingKB:
     def candidates(
         self, vectors: np.ndarray, top_k: int = 5, name_k: Optional[int] = None, queries: Optional[Sequence[str]] = None,
         fusion_weight: float = 0.0, name_rows: Optional[np.ndarray] = None,
+        calibration: Optional[Sequence[Sequence[float]]] = None,
     ) -> List[List[Candidate]]:
         """Concept candidates per query vector: best name score per concept, best first.
 
@@ -177,11 +178,16 @@ class LinkingKB:
         ``fusion_weight`` w > 0 (needs ``queries``): each of the ``name_k`` nearest names scores
         (1 - w) × its cosine + w × the cosine of the query's and the name's character 3-gram TF-IDF
         vectors (``sparse.CharTfidf``), which rewards shared spelling the encoder missed.
-        ``name_rows``: where a vector is a KB name's stored one (``search_names``).
+        ``name_rows``: where a vector is a KB name's stored one (``search_names``). ``calibration``: knots
+        ``[x, y]`` through which the cosines of the other vectors pass first (a distilled query
+        encoder's onto its teacher's scale: ``query_encoder.py``); increasing, so no order changes.
         """
         name_k = name_k or max(4 * top_k, 20)
         scores, rows = self.search_names(vectors, name_k, name_rows)
         scores = np.clip(np.asarray(scores, dtype=np.float64), -1.0, 1.0)
+        if calibration is not None:
+            encoded = np.ones(len(scores), dtype=bool) if name_rows is None else name_rows < 0
+            scores[encoded] = np.interp(scores[encoded], *calibration)
         if queries is not None and len(queries) != len(scores):
             raise ValueError(f"{len(queries)} queries for {len(scores)} vectors")
         if fusion_weight:

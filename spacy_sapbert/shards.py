@@ -146,7 +146,7 @@ def pipeline_fingerprint(nlp: Language) -> str:
         if linker.effective_fusion_weight:
             described.append(linker.effective_fusion_weight)
         if linker.query_encoder is not None:
-            described.append(linker.query_encoder.fingerprint)
+            described.append([linker.query_encoder.fingerprint, linker.query_encoder.score_calibration])
         if linker.effective_context_weight:
             described += [linker.effective_context_weight, lkb.context.fingerprint]
         h.update(json.dumps(described, sort_keys=True).encode())

@@ -7,7 +7,7 @@ import pytest
 import spacy
 import torch
 
-from spacy_sapbert.query_encoder import REPORT_FILE, SHIPPED, Student, keep_layers, shipped_for
+from spacy_sapbert.query_encoder import REPORT_FILE, SHIPPED, Student, keep_layers
 from spacy_sapbert.records import ConceptRecord
 from spacy_sapbert.shards import ENCODER_PASS_ROWS, prepare_pipeline
 
@@ -59,7 +59,7 @@ def test_queries_go_through_the_student_and_kb_names_keep_their_vectors(kb_path,
     # a KB name is searched with its stored vector, with or without the student
     assert [c.concept_id for c in linker.link_strings(["heart attack"])[0]] == [c.concept_id for c in plain.link_strings(["heart attack"])[0]]
     assert linker.link_strings(["heart attack"])[0][0].score == pytest.approx(1.0)
-    assert linker._cache_key()["query_encoder"] == student.fingerprint and "query_encoder" not in plain._cache_key()
+    assert linker._cache_key()["query_encoder"] == [student.fingerprint, None] and "query_encoder" not in plain._cache_key()
 
 
 def test_a_student_of_another_encoder_is_refused(kb_path, tiny_bert_path, tiny_encoder, tmp_path):
@@ -118,25 +118,35 @@ def test_the_shipped_student_is_minilms_and_holds_its_layers_alone():
     assert student.report["layers"] == [0, 2, 4] and student.report["made_by"] == "python -m training.distill"
     assert student.tensors and all(k.startswith("encoder.layer.") and v.dtype == torch.float16 for k, v in student.tensors.items())
     assert sum(f.stat().st_size for f in folder.iterdir()) < 12e6
+    calibration = student.report["score_calibration"]  # fit by training.export_student: increasing, 1.0 kept for names
+    assert calibration["student"][0] == calibration["teacher"][0] == -1.0 and calibration["teacher"][-1] == 1.0
+    assert all(b > a for a, b in zip(calibration["teacher"], calibration["teacher"][1:])) and max(calibration["teacher"][:-1]) < 1.0
     # setup.cfg's package data holds it
     assert "data/query_encoders/*/*" in (Path(__file__).parents[1] / "setup.cfg").read_text(encoding="utf8")
 
 
-def test_shipped_for_names_a_student_only_for_its_teacher(tiny_encoder, monkeypatch):
-    assert shipped_for(tiny_encoder) is None
-    monkeypatch.setattr(type(tiny_encoder), "fingerprint", property(lambda self: Student.read("minilm-l3").teacher_fingerprint))
-    assert shipped_for(tiny_encoder) == "minilm-l3"
-
-
-def test_the_default_pipeline_takes_the_student_shipped_for_its_encoder(kb_path, tiny_bert_path, student_path, monkeypatch):
+def test_the_default_pipeline_takes_a_query_encoder_when_asked(kb_path, tiny_bert_path, student_path, monkeypatch):
     from spacy_sapbert import defaults, query_encoder
 
     monkeypatch.setattr(defaults, "default_kb_path", lambda encoder, progress=True: kb_path)
     monkeypatch.setitem(query_encoder.SHIPPED, "tiny-student", student_path)
-    nlp = defaults.default_pipeline(encoder=str(tiny_bert_path), progress=False, precision="fp32")
+    nlp = defaults.default_pipeline(encoder=str(tiny_bert_path), progress=False, precision="fp32", query_encoder="tiny-student")
     assert nlp.config["components"]["sapbert_linker"]["query_encoder"] == "tiny-student"
     assert nlp.get_pipe("sapbert_linker").query_encoder.model.config.num_hidden_layers == 1
-    off = defaults.default_pipeline(encoder=str(tiny_bert_path), progress=False, precision="fp32", query_encoder=None)
+    off = defaults.default_pipeline(encoder=str(tiny_bert_path), progress=False, precision="fp32")  # opt-in
     assert off.get_pipe("sapbert_linker").query_encoder is None
-    monkeypatch.delitem(query_encoder.SHIPPED, "tiny-student")
-    assert defaults.default_pipeline(encoder=str(tiny_bert_path), progress=False).get_pipe("sapbert_linker").query_encoder is None
+
+
+def test_the_calibration_maps_encoded_queries_scores_and_not_kb_names(kb_path, tiny_bert_path, tiny_encoder, tmp_path):
+    raw = student_of(tiny_encoder)
+    raw.write(tmp_path / "raw")
+    knots = [[-1.0, 0.0, 1.0], [-1.0, 0.5, 1.0]]  # a strong map: 0.8 -> 0.9
+    Student({**raw.report, "score_calibration": {"student": knots[0], "teacher": knots[1]}}, raw.tensors).write(tmp_path / "mapped")
+    plain = linker_pipeline(kb_path, tiny_bert_path, query_encoder=str(tmp_path / "raw")).get_pipe("sapbert_linker")
+    mapped = linker_pipeline(kb_path, tiny_bert_path, query_encoder=str(tmp_path / "mapped")).get_pipe("sapbert_linker")
+    assert mapped.query_encoder.score_calibration == knots and plain.query_encoder.score_calibration is None
+    for before, after in zip(plain.link_strings(QUERIES), mapped.link_strings(QUERIES)):
+        assert [c.concept_id for c in after] == [c.concept_id for c in before]  # increasing: the order stays
+        assert [c.score for c in after] == pytest.approx([float(np.interp(c.score, *knots)) for c in before], abs=1e-6)
+    assert mapped.link_strings(["heart attack"])[0][0].score == 1.0  # a KB name keeps its stored vector's score
+    assert mapped._cache_key()["query_encoder"] != plain._cache_key()["query_encoder"]
