@@ -11,12 +11,14 @@ Measures, with the default encoder (offline MiniLM, default precision) and the M
 * for each precision, lenient Acc@1 of raw NCBI-disease test mentions against MEDIC (a speed-side
   sanity check, not the paper's protocol: see ``benchmarks/evaluate_all.py``) and top-5 overlap with fp32;
 * ``mentions_per_s``: ``nlp.pipe`` over the NCBI-disease test abstracts with gold spans;
+* ``query_encoder_linker``: the same two rates with the linker's opt-in ``query_encoder="minilm-l3"``
+  (``precision`` also holds its encoding rate and raw NCBI-disease test Acc@1 against the same KB);
 * ``distinct_mentions_per_s``: ``nlp.pipe`` over distinct mention strings (no cache help);
 * the untuned path side by side (fp32, padding to max_length, no cache);
 * ``peak_rss_mb``;
 * without ``--quick``: ``umls_scale`` (names, load_s, rss_mb, recall_at_5, per index kind).
 Every figure is the median over ``--repeats`` runs. Writes ``benchmarks/results/speed.json`` and
-the README's ``SPEED`` block.
+the README's ``SPEED`` block (with ``--isa`` or another ``--output``, the JSON alone).
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ from spacy_sapbert.search import LinkingKB
 
 ROOT = Path(__file__).resolve().parents[1]
 PRECISIONS = ("fp32", "bf16", "int8")
+QUERY_ENCODER = "minilm-l3"  # the linker's query_encoder measured beside the precisions (shipped)
 
 
 def median_time(fn: Callable[[], object], repeats: int) -> float:
@@ -209,6 +212,17 @@ def render_index_studies(results: Path) -> List[str]:
     return lines
 
 
+def scispacy_ratios(r: Dict[str, object]) -> Dict[str, str]:
+    """Each of our linkers' rates over scispacy's in the same run (gold spans, distinct strings), as text."""
+    sci = r.get("scispacy")
+    if not sci:
+        return {}
+    rows = {"default": r, "int8 (opt-in)": r.get("int8_linker"), f"query_encoder {QUERY_ENCODER} (opt-in)": r.get("query_encoder_linker")}
+    return {f"{name} / scispacy, {what}": f"{row[key] / sci[key]:.2f}"  # type: ignore[index]
+            for name, row in rows.items() if row for what, key in (("gold spans", "mentions_per_s"),
+                                                                    ("distinct strings", "distinct_mentions_per_s"))}
+
+
 def render_speed(r: Dict[str, object], output: Path) -> str:
     """The README's SPEED block: every number from ``r`` (this run's JSON)."""
     m = r["machine"]
@@ -235,6 +249,12 @@ def render_speed(r: Dict[str, object], output: Path) -> str:
                   f"{_n(int8['distinct_mentions_per_s'])} on the distinct strings"  # type: ignore[index]
                   + (f" ({int8['mentions_per_s'] / sci['mentions_per_s']:.2f}× and "  # type: ignore[index]
                      f"{int8['distinct_mentions_per_s'] / sci['distinct_mentions_per_s']:.2f}× scispacy's linker)" if sci else "") + ".", ""]
+    query = r.get("query_encoder_linker")
+    if query:  # type: ignore[truthy-bool]
+        lines += [f"With `query_encoder=\"{query['query_encoder']}\"` (opt-in): {_n(query['mentions_per_s'])} mentions/s on the "  # type: ignore[index]
+                  f"gold spans, {_n(query['distinct_mentions_per_s'])} on the distinct strings"  # type: ignore[index]
+                  + (f" ({query['mentions_per_s'] / sci['mentions_per_s']:.2f}× and "  # type: ignore[index]
+                     f"{query['distinct_mentions_per_s'] / sci['distinct_mentions_per_s']:.2f}× scispacy's linker)" if sci else "") + ".", ""]
     lines += [
         "| precision | names/s (dictionary encoding) | NCBI test raw Acc@1 | top-5 overlap with fp32 |",
         "|---|--:|--:|--:|",
@@ -283,7 +303,8 @@ def main(
         list(KINDS), "--umls-kind", help="index kinds the UMLS-scale part builds"
     ),
     readme: Path = typer.Option(ROOT / "benchmarks" / "README.md", help="README whose SPEED block is rewritten"),
-    render_only: bool = typer.Option(False, help="Only rewrite the README block from the existing --output JSON"),
+    render_only: bool = typer.Option(False, help="Only rewrite the README block from the existing --output JSON (another JSON: "
+                                     "only add its ratios to scispacy's, printed)"),
     umls_result: List[Path] = typer.Option(
         [], help="With --render-only: these result.json files of benchmarks/umls_scale.py (repeatable, the first shown "
         "first) become the UMLS-scale part, replacing the runs stored before"
@@ -308,8 +329,12 @@ def main(
         if umls_result:  # runs made by umls_scale.py itself (each records its command)
             adopted = [read_json(f) for f in umls_result]
             set_umls_runs(results, adopted[0], adopted[1:])
+        if umls_result or results.get("ratios_to_scispacy") != scispacy_ratios(results):
+            results["ratios_to_scispacy"] = scispacy_ratios(results)
             write_json(output, results)
-        update_readme(readme, render_speed(results, output), block="SPEED")
+        typer.echo(json.dumps(results.get("ratios_to_scispacy"), indent=2))
+        if output.resolve() == (results_dir / "speed.json").resolve():
+            update_readme(readme, render_speed(results, output), block="SPEED")
         return
     run_as_isa(isa)  # starts this script again with the variables set (torch is loaded already), unless they are
     torch.set_num_threads(threads)
@@ -383,6 +408,11 @@ def main(
         int8_nlp.get_pipe("sapbert_linker").link_strings(["warm-up: calibrates the int8 copy"])
         results["int8_linker"] = {"mentions_per_s": round(pipe_rate(int8_nlp, docs, repeats), 1),
                                   "distinct_mentions_per_s": round(pipe_rate(int8_nlp, distinct_docs, repeats), 1)}
+    # the opt-in query encoder (never a default: it moves some scores), the KB keeping the encoder's vectors
+    query_nlp = linker_pipeline(lkb, encoder, query_encoder=QUERY_ENCODER)
+    measure_encoding(f"query_encoder {QUERY_ENCODER}", query_nlp.get_pipe("sapbert_linker").query_encoder.encode)
+    results["query_encoder_linker"] = {"query_encoder": QUERY_ENCODER, "mentions_per_s": round(pipe_rate(query_nlp, docs, repeats), 1),
+                                       "distinct_mentions_per_s": round(pipe_rate(query_nlp, distinct_docs, repeats), 1)}
 
     # the untuned path: fp32, pad to max_length, no cache
     slow_encoder = SapEncoder.load(None, device="cpu", precision="fp32")
@@ -404,8 +434,9 @@ def main(
     elif runs:
         set_umls_runs(results, runs[0], runs[1:])  # kept from the last full run
     results["load_average"]["after"] = [round(x, 2) for x in os.getloadavg()]  # type: ignore[index]
+    results["ratios_to_scispacy"] = scispacy_ratios(results)
     write_json(output, results)
-    if isa == "native":
+    if output.resolve() == (results_dir / "speed.json").resolve():  # the block is that file's (another --output: the JSON alone)
         update_readme(readme, render_speed(results, output), block="SPEED")
     typer.echo(json.dumps(results, indent=2))
 

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import typer
 
 from spacy_sapbert.encoder import SapEncoder
@@ -119,3 +120,33 @@ def test_bad_input_is_one_line_naming_the_file_and_nothing_is_written(tmp_path, 
     with pytest.raises(typer.BadParameter, match="not a spacy-sapbert KB folder"):
         distil(tmp_path, tiny_bert_path, tmp_path / "nothing", bad, steps=1)
     assert list(tmp_path.iterdir()) == [bad]
+
+
+def test_the_exported_student_is_its_layers_in_float16_and_builds_on_its_teacher(tmp_path, tiny_bert_path, tiny_encoder, kb_path,
+                                                                                 pubtator):
+    from spacy_sapbert.query_encoder import Student
+    from training import export_student
+
+    trained = distil(tmp_path, tiny_bert_path, kb_path, pubtator, steps=5)
+    export_student.main(trained, tmp_path / "shipped", teacher=str(tiny_bert_path), check=50, calibration_strings=0, seed=0)
+    shipped = Student.read(tmp_path / "shipped")
+    assert shipped.tensors and all(k.startswith("encoder.layer.") and v.dtype == torch.float16 for k, v in shipped.tensors.items())
+    assert "score_calibration" not in shipped.report and shipped.report["teacher_fingerprint"] == tiny_encoder.fingerprint
+    full = SapEncoder.load(trained, device="cpu", precision="fp32")
+    np.testing.assert_allclose(shipped.build(tiny_encoder).encode(["renal failure"]), full.encode(["renal failure"]), atol=2e-3)
+    # the tiny random teacher's cosines are all near 1: nothing to fit a calibration on, said in one line
+    with pytest.raises(typer.BadParameter, match="too few"):
+        export_student.main(trained, tmp_path / "calibrated", teacher=str(tiny_bert_path), check=50, calibration_strings=20, seed=0)
+    assert not (tmp_path / "calibrated").exists()
+
+
+def test_the_calibration_maps_the_students_scores_onto_the_teachers():
+    from training.export_student import fit_calibration
+
+    rng = np.random.default_rng(0)
+    teacher = rng.uniform(0.8, 0.999, 5000)
+    student = 0.9 + 0.8 * (teacher - 0.9)  # compressed around 0.9, as a student's are near the top
+    calibration = fit_calibration(student, teacher)
+    xs, ys = calibration["student"], calibration["teacher"]
+    assert xs[0] == ys[0] == -1.0 and xs[-1] == ys[-1] == 1.0 and all(b > a for a, b in zip(ys, ys[1:]))
+    assert np.interp(0.9 + 0.8 * 0.07, xs, ys) == pytest.approx(0.97, abs=2e-3)  # the student's 0.956 is the teacher's 0.97

@@ -30,6 +30,7 @@ from spacy_sapbert.query_encoder import Student
 from training import distill
 
 KNOTS = [round(0.80 + 0.01 * i, 2) for i in range(20)]  # 0.80 ... 0.99: where the thresholds live
+MIN_STRINGS = 100  # scoring near the knots, to fit them on
 
 
 def best_scores(vectors: np.ndarray, names: np.ndarray, block: int = 2048) -> np.ndarray:
@@ -44,6 +45,9 @@ def fit_calibration(student_best: np.ndarray, teacher_best: np.ndarray) -> Dict[
     from sklearn.isotonic import IsotonicRegression
 
     keep = (student_best >= KNOTS[0] - 0.05) & (np.maximum(student_best, teacher_best) < 0.9999)
+    if keep.sum() < MIN_STRINGS:
+        raise ValueError(f"only {int(keep.sum())} of {len(keep)} strings score from {KNOTS[0] - 0.05:.2f} to 0.9999: too few "
+                         f"to fit the calibration on (at least {MIN_STRINGS}; --calibration-strings 0 writes none)")
     fit = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(student_best[keep], teacher_best[keep])
     xs, ys = [-1.0] + KNOTS + [1.0], [-1.0] + [float(y) for y in fit.predict(KNOTS)] + [1.0]
     for i in range(1, len(ys) - 1):  # strictly increasing and below 1: no two names' order changes, no 1.0
@@ -56,7 +60,7 @@ def main(
     output: Path = typer.Argument(..., help="the folder to write (e.g. spacy_sapbert/data/query_encoders/minilm-l3)"),
     teacher: str = typer.Option("minilm", help="the teacher: a local transformers folder, or minilm"),
     check: int = typer.Option(5000, help="vocabulary entries whose vectors are compared"),
-    calibration_strings: int = typer.Option(20000, help="training n-grams the calibration is fit on"),
+    calibration_strings: int = typer.Option(20000, help="training n-grams the calibration is fit on (0: no calibration)"),
     seed: int = typer.Option(0),
 ) -> None:
     teacher_encoder = SapEncoder.load(resolve_encoder_path(teacher), device="cpu", precision="fp32")
@@ -78,18 +82,21 @@ def main(
     cosines = np.sum(built.encode(words) * small.encode(words), axis=1)
     typer.echo(f"float16 layers against float32, {len(words)} words: lowest cosine {cosines.min():.6f}, mean {cosines.mean():.6f}")
 
-    work = student.with_name(student.name + ".work")
-    work.mkdir(exist_ok=True)
-    targets = distill.cached_array(work / "teacher.npy", key, lambda: teacher_encoder.encode(strings, batch_size=256, progress=True))
-    rows = np.sort(np.random.default_rng(seed).choice(np.arange(n_names, len(strings)), min(calibration_strings, len(strings) - n_names),
-                                                      replace=False))
-    names = targets[:n_names]
-    student_best = best_scores(small.encode([strings[i] for i in rows], batch_size=256), names)
-    teacher_best = best_scores(np.asarray(targets[rows]), names)
-    calibration = fit_calibration(student_best, teacher_best)
-    for x, y in zip(calibration["student"][1:-1], calibration["teacher"][1:-1]):
-        typer.echo(f"  student {x:.2f} -> teacher {y:.4f}")
-    shipped.report["score_calibration"] = {**calibration, "made_by": "python -m training.export_student", "seed": seed}
+    if calibration_strings:
+        work = student.with_name(student.name + ".work")
+        work.mkdir(exist_ok=True)
+        targets = distill.cached_array(work / "teacher.npy", key, lambda: teacher_encoder.encode(strings, batch_size=256, progress=True))
+        rows = np.sort(np.random.default_rng(seed).choice(np.arange(n_names, len(strings)),
+                                                          min(calibration_strings, len(strings) - n_names), replace=False))
+        names = targets[:n_names]
+        student_best = best_scores(small.encode([strings[i] for i in rows], batch_size=256), names)
+        try:
+            calibration = fit_calibration(student_best, best_scores(np.asarray(targets[rows]), names))
+        except ValueError as e:
+            raise typer.BadParameter(f"{student}: {e}") from None
+        for x, y in zip(calibration["student"][1:-1], calibration["teacher"][1:-1]):
+            typer.echo(f"  student {x:.2f} -> teacher {y:.4f}")
+        shipped.report["score_calibration"] = {**calibration, "made_by": "python -m training.export_student", "seed": seed}
     shipped.write(output)
     size = sum(f.stat().st_size for f in output.iterdir()) / 1e6
     typer.echo(f"{output}: {len(shipped.tensors)} tensors, {size:.1f} MB", err=True)
