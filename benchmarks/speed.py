@@ -243,18 +243,13 @@ def render_speed(r: Dict[str, object], output: Path) -> str:
         + (f" {_n(sci['distinct_mentions_per_s'])} |" if sci else ""),
         "",
     ]
-    int8 = r.get("int8_linker")
-    if int8:  # type: ignore[truthy-bool]
-        lines += [f"With `precision=\"int8\"` (opt-in): {_n(int8['mentions_per_s'])} mentions/s on the gold spans, "  # type: ignore[index]
-                  f"{_n(int8['distinct_mentions_per_s'])} on the distinct strings"  # type: ignore[index]
-                  + (f" ({int8['mentions_per_s'] / sci['mentions_per_s']:.2f}× and "  # type: ignore[index]
-                     f"{int8['distinct_mentions_per_s'] / sci['distinct_mentions_per_s']:.2f}× scispacy's linker)" if sci else "") + ".", ""]
-    query = r.get("query_encoder_linker")
-    if query:  # type: ignore[truthy-bool]
-        lines += [f"With `query_encoder=\"{query['query_encoder']}\"` (opt-in): {_n(query['mentions_per_s'])} mentions/s on the "  # type: ignore[index]
-                  f"gold spans, {_n(query['distinct_mentions_per_s'])} on the distinct strings"  # type: ignore[index]
-                  + (f" ({query['mentions_per_s'] / sci['mentions_per_s']:.2f}× and "  # type: ignore[index]
-                     f"{query['distinct_mentions_per_s'] / sci['distinct_mentions_per_s']:.2f}× scispacy's linker)" if sci else "") + ".", ""]
+    query = r.get("query_encoder_linker") or {}
+    for setting, row in (('precision="int8"', r.get("int8_linker")), (f'query_encoder="{query.get("query_encoder")}"', query)):  # type: ignore[union-attr]
+        if row:  # type: ignore[truthy-bool]
+            lines += [f"With `{setting}` (opt-in): {_n(row['mentions_per_s'])} mentions/s on the gold spans, "  # type: ignore[index]
+                      f"{_n(row['distinct_mentions_per_s'])} on the distinct strings"  # type: ignore[index]
+                      + (f" ({row['mentions_per_s'] / sci['mentions_per_s']:.2f}× and "  # type: ignore[index]
+                         f"{row['distinct_mentions_per_s'] / sci['distinct_mentions_per_s']:.2f}× scispacy's linker)" if sci else "") + ".", ""]
     lines += [
         "| precision | names/s (dictionary encoding) | NCBI test raw Acc@1 | top-5 overlap with fp32 |",
         "|---|--:|--:|--:|",

@@ -9,7 +9,7 @@ A student folder holds ``distillation.json`` (the teacher's fingerprint and the 
 ``training.distill`` wrote has them all; the one shipped holds its layers alone, as float16). The
 student is rebuilt on the teacher it names, so it can only ever be used with that teacher's KBs.
 
-Its cosines near the top are compressed (a name the teacher scores 0.97 it scores about 0.955 on
+Its cosines near the top are compressed (a name the teacher scores near 0.97 it scores lower on
 average), which would move the span finder's and the linker's thresholds. The report's
 ``score_calibration`` (knots fit by ``training.export_student`` on the student's training strings:
 the teacher's score expected for each of the student's) maps them back onto the teacher's scale.
