@@ -99,11 +99,12 @@ def annotate(
     progress: bool = True,
     max_seconds: Optional[float] = None,
     unique_ids: bool = False,
+    query_encoder: Optional[str] = None,
 ) -> AnnotateSummary:
     """Annotate every document of ``input`` into the folder ``output`` (see the module's docstring).
 
     The pipeline: ``pipeline`` (a saved one), else ``kb`` with ``detector``, else the embedded HPO
-    default, as ``link`` does. ``scheduler``: a Dask scheduler address or ``distributed.Client``:
+    default, as ``link`` does (``query_encoder``: their linker's, ``LinkerSettings.query_encoder``). ``scheduler``: a Dask scheduler address or ``distributed.Client``:
     one task per shard on its workers (``cluster.py``) instead of ``nlp.pipe`` here. ``cache_dir``:
     the linkers' mention caches are loaded from there at the start and saved with each shard, so a
     resumed or repeated run encodes no string twice (``shards.MentionCaches``); None: ``OUTPUT/
@@ -128,13 +129,15 @@ def annotate(
     input_reader(fmt)  # a ValueError listing the registered formats for an unknown one
     with output_lock(output):
         return _annotate_locked(input, fmt, output, pipeline, kb, encoder, top_k, detector, output_format, shard_size, n_process,
-                                batch_size, max_chars, cache_dir, cache_size, overwrite, scheduler, progress, max_seconds, unique_ids)
+                                batch_size, max_chars, cache_dir, cache_size, overwrite, scheduler, progress, max_seconds, unique_ids,
+                                query_encoder)
 
 
 def _annotate_locked(input: Path, fmt: str, output: PathLike, pipeline: Optional[PathLike], kb: Optional[PathLike],
                      encoder: Optional[PathLike], top_k: int, detector: str, output_format: str, shard_size: int, n_process: int,
                      batch_size: Optional[int], max_chars: int, cache_dir: Optional[PathLike], cache_size: Optional[int],
-                     overwrite: bool, scheduler: Any, progress: bool, max_seconds: Optional[float], unique_ids: bool) -> AnnotateSummary:
+                     overwrite: bool, scheduler: Any, progress: bool, max_seconds: Optional[float], unique_ids: bool,
+                     query_encoder: Optional[str]) -> AnnotateSummary:
     """``annotate`` once OUTPUT is locked: the input is checked and its first document read before
     the pipeline is loaded, so an empty or damaged input is refused at once."""
     check_output_path(output)
@@ -148,6 +151,7 @@ def _annotate_locked(input: Path, fmt: str, output: PathLike, pipeline: Optional
     spec = PipelineSpec(
         pipeline=str(Path(pipeline).resolve()) if pipeline else None, kb=str(Path(kb).resolve()) if kb else None,
         encoder=str(Path(encoder).resolve()) if encoder else None, top_k=top_k, detector=detector,
+        query_encoder=str(Path(query_encoder).resolve()) if query_encoder and Path(query_encoder).is_dir() else query_encoder,
     )
     engine: Any
     if cache_dir is None and scheduler is None:

@@ -187,6 +187,9 @@ KB = typer.Option(None, help="A KB folder (mentions found by a ruler over its na
 ENCODER = typer.Option(None, help="Encoder folder for --kb (default: the one it was built with)")
 TOP_K = typer.Option(5, help="Candidates per span (with --kb or the default)")
 DETECTOR = typer.Option("span_finder", help=f"Mention detector with --kb or the default: {detector_help()}")
+QUERY_ENCODER = typer.Option(None, help="With --kb or the default: the linker's smaller encoder for the queries alone, "
+                             "minilm-l3 (shipped, for KBs built with the default MiniLM; faster, opt-in: it finds somewhat fewer mentions) "
+                             "or a folder training.distill wrote")
 
 
 @app.command("link")
@@ -202,6 +205,7 @@ def link(
     encoder: Optional[str] = ENCODER,
     top_k: int = TOP_K,
     detector: str = DETECTOR,
+    query_encoder: Optional[str] = QUERY_ENCODER,
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write JSON lines here (atomically) instead of stdout"),
     batch_size: Optional[int] = typer.Option(None, help="Docs per nlp.pipe batch (default: the pipeline's batch_size, 1000)"),
 ) -> None:
@@ -237,7 +241,7 @@ def link(
             if first is None:
                 raise InputError(input, None, "empty input: no documents to link")
             documents = itertools.chain([first], documents)
-        nlp = PipelineSpec(str(pipeline) if pipeline else None, str(kb) if kb else None, encoder, top_k, detector).load()
+        nlp = PipelineSpec(str(pipeline) if pipeline else None, str(kb) if kb else None, encoder, top_k, detector, query_encoder).load()
         linkers = linkers_of(nlp)
         with (atomic_open(output) if output else contextlib.nullcontext(sys.stdout)) as out:
             if documents is None:
@@ -257,6 +261,7 @@ def annotate_command(
     encoder: Optional[str] = ENCODER,
     top_k: int = TOP_K,
     detector: str = DETECTOR,
+    query_encoder: Optional[str] = QUERY_ENCODER,
     input_format: str = typer.Option("auto", help=input_format_help()),
     output_format: str = typer.Option("jsonl", help="jsonl (link --input's records), pubtator or spacy (DocBin)"),
     shard_size: int = typer.Option(1000, help="Input documents per output shard"),
@@ -282,7 +287,7 @@ def annotate_command(
         input, output, pipeline=pipeline, kb=kb, encoder=encoder, top_k=top_k, detector=detector, input_format=input_format,
         output_format=output_format, shard_size=shard_size, n_process=n_process, batch_size=batch_size, max_chars=max_chars,
         cache_dir=cache_dir, cache_size=cache_size, overwrite=overwrite, scheduler=scheduler, max_seconds=max_seconds,
-        unique_ids=unique_ids,
+        unique_ids=unique_ids, query_encoder=query_encoder,
     )
     t = s.totals
     rate = f"{s.run_docs / s.seconds:.1f} docs/s, {s.run_mentions / s.seconds:.1f} mentions/s" if s.run_docs else "nothing left to do"

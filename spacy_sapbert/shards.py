@@ -54,6 +54,7 @@ class PipelineSpec:
     encoder: Optional[str] = None
     top_k: int = 5
     detector: str = "span_finder"
+    query_encoder: Optional[str] = None  # the linker's (``LinkerSettings.query_encoder``), with ``kb`` or the default
 
     def load(self) -> Language:
         import spacy
@@ -62,10 +63,13 @@ class PipelineSpec:
         from .pipelines import build_pipeline
 
         if self.pipeline is not None:
+            if self.query_encoder is not None:
+                raise ValueError("--query-encoder applies to --kb or the default pipeline: a saved pipeline keeps its linkers' own")
             return spacy.load(self.pipeline)
         if self.kb is not None:
-            return build_pipeline(self.kb, self.detector, encoder=self.encoder, linker_config={"top_k": self.top_k})
-        return default_pipeline(self.encoder, detector=self.detector)
+            queries = {"query_encoder": self.query_encoder} if self.query_encoder else {}
+            return build_pipeline(self.kb, self.detector, encoder=self.encoder, linker_config={"top_k": self.top_k, **queries})
+        return default_pipeline(self.encoder, detector=self.detector, query_encoder=self.query_encoder)
 
 
 def linkers_of(nlp: Language) -> List[Any]:

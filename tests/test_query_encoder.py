@@ -150,3 +150,28 @@ def test_the_calibration_maps_encoded_queries_scores_and_not_kb_names(kb_path, t
         assert [c.score for c in after] == pytest.approx([float(np.interp(c.score, *knots)) for c in before], abs=1e-6)
     assert mapped.link_strings(["heart attack"])[0][0].score == 1.0  # a KB name keeps its stored vector's score
     assert mapped._cache_key()["query_encoder"] != plain._cache_key()["query_encoder"]
+
+
+def test_link_and_annotate_take_a_query_encoder(kb_path, student_path, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from spacy_sapbert.annotate import annotate
+    from spacy_sapbert.cli import app
+    from spacy_sapbert.shards import PipelineSpec, linkers_of
+
+    (linker,) = linkers_of(PipelineSpec(kb=str(kb_path), detector="ruler", query_encoder=str(student_path)).load())
+    linker.ensure_ready()  # loaded at first use
+    assert linker.query_encoder is not None
+    with pytest.raises(ValueError, match="saved pipeline"):
+        PipelineSpec(pipeline=str(tmp_path), query_encoder="minilm-l3").load()
+    out = CliRunner().invoke(app, ["link", "heart attack", "--kb", str(kb_path), "--detector", "ruler", "--query-encoder", "nowhere"])
+    assert out.exit_code != 0 and "minilm-l3" in out.output  # the setting reached the linker: an unknown student is refused
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({"id": "1", "text": "A heart attack and hypertension."}) + "\n", encoding="utf8")
+    fingerprints = []
+    for name, query_encoder in (("plain", None), ("student", str(student_path))):
+        annotate(source, tmp_path / name, kb=kb_path, detector="ruler", progress=False, query_encoder=query_encoder)
+        fingerprints.append(json.loads((tmp_path / name / "manifest.json").read_text(encoding="utf8"))["run"]["pipeline_fingerprint"])
+    assert fingerprints[0] != fingerprints[1]  # a run resumed with another query encoder is refused
