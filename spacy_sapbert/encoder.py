@@ -20,6 +20,7 @@ import torch
 
 from .bert import BertEncoder, Packing, load_bert
 from .fileio import atomic_dir, write_json
+from .machine import one_torch_thread_after_fork
 
 SETTINGS_FILE = "sapbert_encoder.json"
 POOLINGS = ("cls", "mean")
@@ -261,6 +262,7 @@ class SapEncoder:
         # a fast tokenizer sets its padding on each call and refuses a second caller meanwhile
         # (linkers sharing this encoder, each linking in its own thread: ``overlap``)
         self._tokenizer_lock = PicklableLock()
+        one_torch_thread_after_fork()  # a forked nlp.pipe worker would hang in OpenMP otherwise
 
     # ------------------------------------------------------------------ loading
     @classmethod

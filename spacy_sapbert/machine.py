@@ -151,3 +151,20 @@ def rss_mb() -> float:
             return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
     except OSError:
         return peak_rss_mb()
+
+
+@functools.lru_cache(maxsize=None)
+def one_torch_thread_after_fork() -> None:
+    """Make every process forked from this one run torch on one thread (registered once a process).
+
+    GNU OpenMP's thread pool does not survive a fork: a worker of ``nlp.pipe(n_process=...)`` hung in its
+    first parallel torch operation (a LayerNorm, a bf16 copy) whenever the parent had run one before, e.g.
+    linked a text first. On one thread torch runs no parallel region, and each worker is one of several
+    processes anyway (``annotate``'s workers run one thread each too)."""
+
+    def one_thread() -> None:
+        import torch
+
+        torch.set_num_threads(1)
+
+    os.register_at_fork(after_in_child=one_thread)
