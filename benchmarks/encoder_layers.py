@@ -98,10 +98,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     reference: Optional[List[List[Any]]] = None
     with tempfile.TemporaryDirectory(prefix="encoder-layers-") as scratch:
         minilm = resolve_encoder_path(None)
-        cut = [(str(n), truncated(minilm, n, Path(scratch) / f"minilm-{n}"), None) for n in args.layers]
-        students = [(f"distilled:{p}", p, None) for p in args.distilled]
-        queries = [(f"query_encoder:{q}", minilm, q) for q in args.query_encoders]
-        for label, folder, query_encoder in cut + students + queries:
+        # (label, the encoder folder, whether it is a distilled student, the linker's query encoder)
+        cut = [(str(n), truncated(minilm, n, Path(scratch) / f"minilm-{n}"), False, None) for n in args.layers]
+        students = [(f"distilled:{p}", p, True, None) for p in args.distilled]
+        queries = [(f"query_encoder:{q}", minilm, False, q) for q in args.query_encoders]
+        for label, folder, distilled, query_encoder in cut + students + queries:
             cache = Path(scratch) / f"cache-{len(result['rows'])}"
             cache.mkdir()
             nlp = pipeline_with_kb_in(cache, encoder=folder, query_encoder=query_encoder)  # its HPO KB built with this encoder
@@ -114,7 +115,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
                                  precision=result["precision"], threads=args.threads, query_encoder=query_encoder)
                 row[f"{dataset.split('-')[0]}_dev_gold_spans_medic_alone"] = {
                     k: found[k] for k in ("lenient_acc@1", "lenient_acc@5", "n_queries") if k in found}
-            if label.startswith("distilled:"):
+            if distilled:
                 row["distillation"] = read_json(folder / "distillation.json")
             if query_encoder is not None:
                 row["query_encoder"] = nlp.get_pipe("sapbert_linker").query_encoder.describe()

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import faiss
 import spacy
@@ -212,15 +212,21 @@ def render_index_studies(results: Path) -> List[str]:
     return lines
 
 
+def linker_rows(r: Dict[str, object]) -> List[Tuple[str, Optional[str], Dict[str, object]]]:
+    """Our linkers measured in ``r``: (name, the opt-in setting or None for the default, its rates)."""
+    rows = [("default", None, r), ("int8 (opt-in)", 'precision="int8"', r.get("int8_linker")),
+            (f"query_encoder {QUERY_ENCODER} (opt-in)", f'query_encoder="{QUERY_ENCODER}"', r.get("query_encoder_linker"))]
+    return [row for row in rows if row[2]]  # type: ignore[misc]
+
+
 def scispacy_ratios(r: Dict[str, object]) -> Dict[str, str]:
     """Each of our linkers' rates over scispacy's in the same run (gold spans, distinct strings), as text."""
     sci = r.get("scispacy")
     if not sci:
         return {}
-    rows = {"default": r, "int8 (opt-in)": r.get("int8_linker"), f"query_encoder {QUERY_ENCODER} (opt-in)": r.get("query_encoder_linker")}
     return {f"{name} / scispacy, {what}": f"{row[key] / sci[key]:.2f}"  # type: ignore[index]
-            for name, row in rows.items() if row for what, key in (("gold spans", "mentions_per_s"),
-                                                                    ("distinct strings", "distinct_mentions_per_s"))}
+            for name, _, row in linker_rows(r) for what, key in (("gold spans", "mentions_per_s"),
+                                                                  ("distinct strings", "distinct_mentions_per_s"))}
 
 
 def render_speed(r: Dict[str, object], output: Path) -> str:
@@ -243,13 +249,12 @@ def render_speed(r: Dict[str, object], output: Path) -> str:
         + (f" {_n(sci['distinct_mentions_per_s'])} |" if sci else ""),
         "",
     ]
-    query = r.get("query_encoder_linker") or {}
-    for setting, row in (('precision="int8"', r.get("int8_linker")), (f'query_encoder="{query.get("query_encoder")}"', query)):  # type: ignore[union-attr]
-        if row:  # type: ignore[truthy-bool]
-            lines += [f"With `{setting}` (opt-in): {_n(row['mentions_per_s'])} mentions/s on the gold spans, "  # type: ignore[index]
-                      f"{_n(row['distinct_mentions_per_s'])} on the distinct strings"  # type: ignore[index]
-                      + (f" ({row['mentions_per_s'] / sci['mentions_per_s']:.2f}× and "  # type: ignore[index]
-                         f"{row['distinct_mentions_per_s'] / sci['distinct_mentions_per_s']:.2f}× scispacy's linker)" if sci else "") + ".", ""]
+    ratios = scispacy_ratios(r)
+    for name, setting, row in linker_rows(r)[1:]:  # the opt-in ones
+        lines += [f"With `{setting}` (opt-in): {_n(row['mentions_per_s'])} mentions/s on the gold spans, "
+                  f"{_n(row['distinct_mentions_per_s'])} on the distinct strings"
+                  + (f" ({ratios[f'{name} / scispacy, gold spans']}× and "
+                     f"{ratios[f'{name} / scispacy, distinct strings']}× scispacy's linker)" if sci else "") + ".", ""]
     lines += [
         "| precision | names/s (dictionary encoding) | NCBI test raw Acc@1 | top-5 overlap with fp32 |",
         "|---|--:|--:|--:|",
@@ -280,8 +285,8 @@ def render_speed(r: Dict[str, object], output: Path) -> str:
             f"{_n(sci['peak_rss_mb'])} MB; {100 * sci['linked_fraction']:.1f}% of the gold mentions got a concept above its 0.7 threshold.",
             "",
             f"Ours against scispacy's linker in this run (default path / scispacy, mentions/s): "
-            f"{r['mentions_per_s'] / sci['mentions_per_s']:.2f}× on the gold spans, "
-            f"{r['distinct_mentions_per_s'] / sci['distinct_mentions_per_s']:.2f}× on the distinct strings.",
+            f"{ratios['default / scispacy, gold spans']}× on the gold spans, "
+            f"{ratios['default / scispacy, distinct strings']}× on the distinct strings.",
         ]
     runs = [r.get("umls_scale")] + list(r.get("umls_scale_earlier", []))  # type: ignore[operator]
     for u in runs:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from .encoder import PicklableLock, SapEncoder
 from .fileio import atomic_open
 from .kb import ConceptKB
+from .query_encoder import identity
 from .search import BROADER_MARGIN, Candidate, LinkingKB
 
 CACHE_FORMAT = "spacy-sapbert-mention-cache"
@@ -40,7 +41,7 @@ def cache_key(linking_kb: LinkingKB, encoder: SapEncoder, *, top_k: int, exact_n
            "precision": encoder.precision, "top_k": top_k, "exact_names": exact_names, "lookup": LOOKUP_VERSION,
            "fusion_weight": fusion_weight}
     if query_encoder is not None:
-        key["query_encoder"] = [query_encoder.fingerprint, query_encoder.score_calibration]
+        key["query_encoder"] = identity(query_encoder)
     return key
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Dict, Sequence, Union
+from typing import Any, Dict, List, Sequence, Union
 
 import torch
 
@@ -50,6 +50,11 @@ def resolve_student_path(path: Union[str, Path]) -> Path:
         raise FileNotFoundError(f"query encoder {str(path)!r}: not one shipped ({known}) nor a folder with "
                                 f"{REPORT_FILE} and {WEIGHTS_FILE} (written by training.distill)")
     return folder
+
+
+def identity(query_encoder: SapEncoder) -> List[Any]:
+    """What decides a query encoder's scores, for keys and fingerprints: its weights and its calibration."""
+    return [query_encoder.fingerprint, query_encoder.score_calibration]
 
 
 class Student:

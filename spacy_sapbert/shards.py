@@ -24,6 +24,7 @@ from spacy.tokens import Doc, Span
 from .assertion import negspacy_negated
 from .documents import InputDocument, visible_span
 from .fileio import PathLike
+from .query_encoder import identity
 from .time_limit import DocumentTimeout, TimeLimit
 
 OUTPUT_FORMATS = {"jsonl": ".jsonl", "pubtator": ".pubtator", "spacy": ".spacy"}
@@ -150,7 +151,7 @@ def pipeline_fingerprint(nlp: Language) -> str:
         if linker.effective_fusion_weight:
             described.append(linker.effective_fusion_weight)
         if linker.query_encoder is not None:
-            described.append([linker.query_encoder.fingerprint, linker.query_encoder.score_calibration])
+            described.append(identity(linker.query_encoder))
         if linker.effective_context_weight:
             described += [linker.effective_context_weight, lkb.context.fingerprint]
         h.update(json.dumps(described, sort_keys=True).encode())
