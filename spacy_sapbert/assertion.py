@@ -182,6 +182,7 @@ class _Words:
 
 _PUNCT_IDS = frozenset(get_string_id(p) for p in _SENTENCE_PUNCT)
 _COLON_ID = get_string_id(":")
+_GAP_STOP_IDS = _PUNCT_IDS | {_COLON_ID, get_string_id(";")}  # a gap (<any N>) stays within a clause
 
 
 def sentence_starts(words: _Words, extra: Iterable[int] = ()) -> List[int]:
@@ -254,14 +255,24 @@ def find_sections(words: _Words, titles: Dict[Tuple[int, ...], str], longest: in
 
 # ---------------------------------------------------------------------------- matching and scopes
 class _Lexicon:
-    """The rules compiled for matching: a trie over words."""
+    """The rules compiled for matching: a trie over words. A node is [children, rules ending there or
+    None, gaps after it or None]; a gap (``<any N>``) is (N, the node of what may follow it)."""
 
     def __init__(self, rules: Sequence[Rule]):
-        self.trie: Dict[int, list] = {}  # word's string id -> [children, rules ending here or None]
+        self.trie: Dict[int, list] = {}  # word's string id -> node
         for rule in rules:
             level, node = self.trie, None
             for word in rule.words:
-                node = level.setdefault(get_string_id(word), [{}, None])
+                if isinstance(word, int):  # a gap: never first (``phrase_parts``)
+                    if node[2] is None:  # type: ignore[index]
+                        node[2] = []  # type: ignore[index]
+                    gaps = node[2]  # type: ignore[index]
+                    node = next((g for size, g in gaps if size == word), None)
+                    if node is None:
+                        node = [{}, None, None]
+                        gaps.append((word, node))
+                else:
+                    node = level.setdefault(get_string_id(word), [{}, None, None])
                 level = node[0]
             if node[1] is None:  # type: ignore[index]
                 node[1] = []  # type: ignore[index]
@@ -270,10 +281,32 @@ class _Lexicon:
 
     def matches(self, words: _Words, blocked: Sequence[bool]) -> List[Tuple[int, int, List[Rule]]]:
         """Non-overlapping matches ``(start, end, rules)`` in word indices, longest first; a pseudo
-        rule sharing a match's words blocks the triggers there; ``blocked`` words never match."""
-        found: List[Tuple[int, int, List[Rule]]] = []
+        rule sharing a match's words blocks the triggers there; ``blocked`` words never match. A gap
+        crosses no sentence punctuation, semicolon, colon or blocked word, and its words stay free."""
+        found: List[Tuple[int, int, List[Rule], Tuple[int, ...]]] = []  # ..., the words in gaps
         lower, n = words.lower, words.n
         trie = self.trie
+
+        def after_gaps(w: int, gaps: list, k: int) -> None:
+            """The matches of ``w`` that go on through ``gaps`` from word ``k``."""
+            stack = [(size, node, k, ()) for size, node in gaps]
+            while stack:
+                size, gap, at, skipped = stack.pop()
+                for j in range(at, min(at + size, n) + 1):
+                    if j > at and (lower[j - 1] in _GAP_STOP_IDS or blocked[j - 1]):
+                        break
+                    level, k2, inner = gap[0], j, skipped + tuple(range(at, j))
+                    while k2 < n:
+                        node = level.get(lower[k2])
+                        if node is None:
+                            break
+                        k2 += 1
+                        if node[1] is not None:
+                            found.append((w, k2, node[1], inner))
+                        if node[2]:
+                            stack.extend((s, g, k2, inner) for s, g in node[2])
+                        level = node[0]
+
         for w in [i for i, word in enumerate(lower) if word in trie]:
             level, k = trie, w
             while k < n:
@@ -282,15 +315,18 @@ class _Lexicon:
                     break
                 k += 1
                 if node[1] is not None:
-                    found.append((w, k, node[1]))
+                    found.append((w, k, node[1], ()))
+                if node[2]:
+                    after_gaps(w, node[2], k)
                 level = node[0]
         found.sort(key=lambda m: (m[0] - m[1], m[0]))
         taken = list(blocked)
         kept: List[Tuple[int, int, List[Rule]]] = []
-        for start, end, group in found:
-            if any(taken[start:end]):
+        for start, end, group, skipped in found:
+            fixed = [i for i in range(start, end) if i not in skipped] if skipped else range(start, end)
+            if any(taken[i] for i in fixed):
                 continue
-            for i in range(start, end):
+            for i in fixed:
                 taken[i] = True
             if any(r.direction == "pseudo" for r in group):
                 continue

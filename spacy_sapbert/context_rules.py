@@ -2,12 +2,16 @@
 
 The lexicon is a versioned JSON file, ``data/context_rules.json`` by default (its lists name their
 source and licence; ``context_rules_NOTICE.txt``). A rule entry is
-``{"phrases": [...], "sequences": [...], "category": ..., "direction": ..., "max_scope": ...}``;
-section titles are ``{"section": name, "titles": [...]}`` entries of ``section_lists``, and
+``{"phrases": [...], "sequences": [...], "category": ..., "direction": ..., "max_scope": ...}``; a phrase
+(or a sequence's place) may hold a gap, ``<any N>``: 1 to N words of the sentence, or none, between
+two of its words ("none <any 10> developed": "None of the 40 children treated with valproate
+developed"). A trigger acts from its last word on (forward) or before its first (backward); the
+words in a gap stay free for other triggers. Section titles are ``{"section": name, "titles": [...]}`` entries of ``section_lists``, and
 ``section_defaults`` maps a section to the attribute values that apply where no trigger says otherwise.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -34,11 +38,13 @@ SLOTS: Tuple[str, ...] = ("negated", "uncertain", "hypothetical", "historical", 
 SLOT_DEFAULTS: Dict[str, Any] = {"negated": False, "uncertain": False, "hypothetical": False,
                                  "historical": False, "experiencer": "patient"}
 DIRECTIONS = ("forward", "backward", "bidirectional", "terminate", "pseudo")
+GAP = re.compile(r"<any (\d+)>")  # in a phrase: up to N words of the sentence between its words
+MAX_GAP = 20
 
 
 @dataclass(frozen=True)
 class Rule:
-    words: Tuple[str, ...]  # the phrase's words, lowercase (as the tokenizer splits it)
+    words: Tuple[Union[str, int], ...]  # the phrase's words, lowercase (as the tokenizer splits it); an int: a gap of up to that many
     direction: str
     slots: Tuple[str, ...]  # forward/backward/bidirectional: one slot; terminate/pseudo: those it acts on
     value: Any = None
@@ -85,6 +91,30 @@ def check_rule_entry(entry: Dict[str, Any]) -> None:
     max_scope = entry.get("max_scope")
     if max_scope is not None and (not isinstance(max_scope, int) or max_scope < 1):
         raise ValueError(f"ConText rule {entry!r}: 'max_scope' must be a positive integer")
+    for phrase in list(entry.get("phrases") or ([entry["phrase"]] if "phrase" in entry else [])) + expand_sequences(entry.get("sequences", [])):
+        try:
+            phrase_parts(phrase)
+        except ValueError as e:
+            raise ValueError(f"ConText rule {entry!r}: {e}") from None
+
+
+def phrase_parts(phrase: str) -> List[Union[str, int]]:
+    """A phrase as its texts and its gaps (``<any N>`` → N): "none <any 10> had" → ["none", 10, "had"].
+    A gap lies between two words: never first, last, or beside another gap."""
+    parts: List[Union[str, int]] = []
+    at = 0
+    for m in GAP.finditer(phrase):
+        text, size = phrase[at : m.start()].strip(), int(m.group(1))
+        if not text:
+            raise ValueError(f"{phrase!r}: a gap (<any N>) must come between two words")
+        if not 1 <= size <= MAX_GAP:
+            raise ValueError(f"{phrase!r}: a gap is <any N> with N from 1 to {MAX_GAP}")
+        parts += [text, size]
+        at = m.end()
+    last = phrase[at:].strip()
+    if parts and not last:
+        raise ValueError(f"{phrase!r}: a gap (<any N>) must come between two words")
+    return parts + [last] if last else parts
 
 
 def rules_from_entries(entries: Iterable[Dict[str, Any]], tokenize: Callable[[str], Tuple[str, ...]]) -> List[Rule]:
@@ -99,7 +129,7 @@ def rules_from_entries(entries: Iterable[Dict[str, Any]], tokenize: Callable[[st
         phrases = list(entry.get("phrases") or ([entry["phrase"]] if "phrase" in entry else []))
         phrases += expand_sequences(entry.get("sequences", []))
         for phrase in phrases:
-            words = tokenize(phrase)
+            words = tuple(w for part in phrase_parts(phrase) for w in ((part,) if isinstance(part, int) else tokenize(part)))
             if words:
                 rules.append(Rule(words, direction, slots, value, entry.get("max_scope"),
                                   "+".join(_as_list(categories))))

@@ -237,6 +237,53 @@ def test_research_abstract_history_cues(nlp, text, target, historical):
     assert span["historical"] is historical
 
 
+# context_rules 1.5.0: a negated subject with a longer noun phrase ("<any N>" gaps): the condition after
+# the verb is negated, the one inside the subject is not; a gap stays inside its clause
+@pytest.mark.parametrize("text,target,negated", [
+    ("None of the 12 patients with hypertension developed proteinuria.", "proteinuria", True),
+    ("None of the 12 patients with hypertension developed proteinuria.", "hypertension", False),
+    ("None of the 40 children treated with valproate developed seizures.", "seizures", True),
+    ("No patient in the placebo group developed hypotension.", "hypotension", True),
+    ("Neither of the two siblings with epilepsy had cataracts.", "cataracts", True),
+    ("Neither of the two siblings with epilepsy had cataracts.", "epilepsy", False),
+    ("None of these tumours showed abnormal migration patterns.", "tumours", False),
+    ("Nobody had a fever.", "fever", True),
+    ("No one in the family had a fever.", "fever", True),
+    ("No fever in children who had received the vaccine.", "fever", True),
+    ("None of them. Patients treated with valproate developed seizures.", "seizures", False),
+    ("None of them; patients treated with valproate developed seizures.", "seizures", False),
+], ids=["none-of-long-subject", "none-of-subject-condition", "none-of-treated-with", "no-patient-in-group",
+        "neither-of", "neither-of-subject-condition", "none-of-these-subject", "nobody", "no-one-in",
+        "no-condition-then-population", "gap-stops-at-full-stop", "gap-stops-at-semicolon"])
+def test_negated_subject_with_a_longer_noun_phrase(nlp, text, target, negated):
+    (span,) = run(nlp, text, target)
+    assert span["negated"] is negated
+
+
+def test_words_in_a_gap_stay_free_for_other_triggers(nlp):
+    seizures, fever = run(nlp, "None of the patients with a history of seizures had fever.", "seizures", "fever")
+    assert seizures["historical"] is True and seizures["negated"] is False
+    assert fever["negated"] is True
+
+
+def test_gaps_in_phrases_are_read_and_checked():
+    from spacy_sapbert.context_rules import phrase_parts
+
+    assert phrase_parts("none <any 10> had") == ["none", 10, "had"]
+    assert phrase_parts("no patients <any 8> developed") == ["no patients", 8, "developed"]
+    assert phrase_parts("history of") == ["history of"]
+    custom = spacy.blank("en")
+    custom.add_pipe("sapbert_context", config={"extra_rules": [
+        {"sequences": [[["blorp"], ["<any 2>"], ["zork"]]], "category": "negated", "direction": "forward"}]})
+    assert run(custom, "Blorp a b zork fever.", "fever")[0]["negated"] is True
+    assert run(custom, "Blorp a b c zork fever.", "fever")[0]["negated"] is False  # more words than the gap holds
+    for bad, message in [("<any 3> had", "between two words"), ("none <any 3>", "between two words"),
+                         ("none <any 3> <any 2> had", "between two words"), ("none <any 0> had", "from 1 to 20")]:
+        with pytest.raises(ValueError, match=message):
+            spacy.blank("en").add_pipe("sapbert_context", config={"extra_rules": [
+                {"phrases": [bad], "category": "negated", "direction": "forward"}]})
+
+
 def test_a_trigger_ends_only_the_scopes_that_give_another_value(nlp):
     # the 4-word "s/p" no longer ends the sentence-long "history of"
     cad, htn, dm = run(nlp, "History of CAD, s/p CABG, hypertension and diabetes.", "CAD", "hypertension", "diabetes")
