@@ -260,6 +260,41 @@ def test_negated_subject_with_a_longer_noun_phrase(nlp, text, target, negated):
     assert span["negated"] is negated
 
 
+# context_rules 1.6.0: what a research abstract says is not there is often an effect, a difference or an
+# association, not the condition after it; "NO" there is nitric oxide; a negation still negates a condition
+@pytest.mark.parametrize("text,target,negated", [
+    ("Mutant BRCA1 has no effect on growth of breast cancer cells.", "breast cancer", False),
+    ("There was no significant difference in the incidence of seizures between the groups.", "seizures", False),
+    ("No association was found between the mutation and cataract.", "cataract", False),
+    ("Naloxone did not significantly alter the hypotension.", "hypotension", False),
+    ("Lidocaine did not prevent sustained ventricular tachycardia.", "ventricular tachycardia", False),
+    ("The mice were not protected against renal fibrosis.", "renal fibrosis", False),
+    ("Enalapril reduced blood pressure without reducing albuminuria.", "albuminuria", False),
+    ("NO-induced headache is not associated with release of CGRP.", "headache", False),
+    ("Glyceryl trinitrate, an NO donor, induced headache.", "headache", False),
+    ("Ketamine, but not saline solution, significantly reduced the pain intensity.", "pain", False),
+    ("It is usually but not necessarily associated with hyperammonemia.", "hyperammonemia", False),
+    ("A child with absence of repeated infections, whose symptoms of fever were abated.", "fever", False),
+    ("She has a cough but not fever.", "fever", True),
+    ("No seizures were observed.", "seizures", True),
+    ("The patient did not have seizures.", "seizures", True),
+    ("Lidocaine induced no arrhythmias.", "arrhythmias", True),
+    ("Chest pain not associated with shortness of breath.", "shortness of breath", True),
+    ("These findings would not support a diagnosis of hairy cell leukemia.", "hairy cell leukemia", True),
+], ids=["no-effect-on", "no-significant-difference", "no-association-found-between", "not-alter", "not-prevent",
+        "not-protected-against", "without-reducing", "nitric-oxide-induced", "nitric-oxide-donor", "but-not-short",
+        "but-not-necessarily", "whose", "but-not-negates", "no-observed", "did-not-have", "induced-no",
+        "not-associated-clinical", "would-not-support"])
+def test_research_abstract_negated_relations(nlp, text, target, negated):
+    (span,) = run(nlp, text, target)
+    assert span["negated"] is negated
+
+
+def test_a_nitric_oxide_donor_is_no_other_experiencer(nlp):
+    (headache,) = run(nlp, "Headache induced by the NO donor glyceryl trinitrate in patients with migraine.", "Headache")
+    assert headache["experiencer"] == "patient" and headache["negated"] is False
+
+
 def test_words_in_a_gap_stay_free_for_other_triggers(nlp):
     seizures, fever = run(nlp, "None of the patients with a history of seizures had fever.", "seizures", "fever")
     assert seizures["historical"] is True and seizures["negated"] is False

@@ -590,3 +590,30 @@ def test_encoder_layers_cuts_a_bert_to_its_first_layers(tiny_bert_path, tmp_path
     assert not torch.allclose(torch.as_tensor(short.encode(["asthma"])), torch.as_tensor(full.encode(["asthma"])))
     with pytest.raises(ValueError, match="layers, not"):
         encoder_layers.truncated(tiny_bert_path, depth + 1, tmp_path / "deeper")
+
+
+def test_assertion_abstracts_compare_sample_and_score(tmp_path, capsys):
+    script = _load("assertion_abstracts")
+    assert script.sentence_of("No fever. No cough here. Done.", 13, 18) == "No [[cough]] here."
+
+    def snap(path, lexicon, negated):
+        docs = [[[0, 5, "fever", "[[fever]] ...", negated[0], False, False, False, False],
+                 [10, 15, "cough", "... [[cough]]", negated[1], True, False, False, False]]]
+        path.write_text(json.dumps({"lexicon": lexicon, "abstracts": 1, "texts_sha256": "x", "docs": docs}))
+        return path
+
+    before, after = snap(tmp_path / "b.json", "1.0", [True, True]), snap(tmp_path / "a.json", "1.1", [True, False])
+    result = script.compare(before, after, tmp_path / "c.json", show=10)
+    assert result["counts"]["negated"] == {"before": 2, "after": 1, "turned_on": 0, "turned_off": 1}
+    assert result["counts"]["historical"] == {"before": 1, "after": 1, "turned_on": 0, "turned_off": 0}
+    assert result["changed"] == ["negated True -> False | cough | ... [[cough]]"]
+    script.sample(before, "negated", 2, 0, tmp_path / "s.tsv")
+    lines = (tmp_path / "s.tsv").read_text().splitlines()
+    assert lines[0].startswith("# 2 of the 2 spans with negated set (lexicon 1.0)") and len(lines) == 4
+    with pytest.raises(SystemExit, match="no judgement"):
+        script.score([tmp_path / "s.tsv"])
+    judged = tmp_path / "j.tsv"
+    judged.write_text("\n".join([lines[0], lines[1], lines[2] + "correct", lines[3] + "arguable"]) + "\n")
+    capsys.readouterr()
+    script.score([judged])
+    assert "2 judged, 1 correct, 1 arguable, 0 wrong: precision 0.750" in capsys.readouterr().out
