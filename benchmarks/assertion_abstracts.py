@@ -13,7 +13,7 @@ pipeline gives on the 2,292 NCBI-disease + BC5CDR abstracts and compares two ver
 on and off for, prints each changed span with its sentence, and writes the counts to
 ``benchmarks/results/assertion_abstracts_<before>-<after>.json`` (the lexicon versions). ``sample`` draws spans flagged with an attribute
 (``random.Random(seed)``) into a TSV to judge by hand (a ``judgement`` column: ``correct``,
-``wrong`` or ``arguable``); ``score`` reads such a judged TSV and prints its precision.
+``wrong`` or ``arguable``); ``score`` reads such a judged TSV and prints its precision and its standard error.
 """
 from __future__ import annotations
 
@@ -126,8 +126,9 @@ def score(judged: Sequence[Path]) -> None:
             sys.exit(f"{path}: rows {', '.join(bad)} have no judgement ({', '.join(JUDGEMENTS)})")
         tally = {j: sum(r["judgement"] == j for r in rows) for j in JUDGEMENTS}
         precision = (tally["correct"] + tally["arguable"] / 2) / len(rows)
+        error = (precision * (1 - precision) / len(rows)) ** 0.5
         print(f"{path}: {len(rows)} judged, {tally['correct']} correct, {tally['arguable']} arguable, {tally['wrong']} wrong: "
-              f"precision {precision:.3f} (arguable as half)")
+              f"precision {precision:.3f} (arguable as half), standard error {error:.3f}")
 
 
 def main(argv: Sequence[str] = ()) -> None:

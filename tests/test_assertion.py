@@ -290,6 +290,26 @@ def test_research_abstract_negated_relations(nlp, text, target, negated):
     assert span["negated"] is negated
 
 
+# context_rules 1.7.0: more negations of something other than the condition after them, and scopes that end
+@pytest.mark.parametrize("text,target,negated", [
+    ("Suprofen causes acute declines in renal function.", "renal function", False),
+    ("Torsades occurred at low free drug concentrations.", "Torsades", False),
+    ("No somatic mutations in tumours have been described.", "tumours", False),
+    ("The families in which no BRCA1 alterations were detected included a breast cancer kindred.", "breast cancer", False),
+    ("Do not give beta-blockers because these drugs may cause hypoglycaemia.", "hypoglycaemia", False),
+    ("There have been no deaths from breast cancer.", "breast cancer", False),
+    ("There is no evidence that the allele is retained in retinoblastoma.", "retinoblastoma", False),
+    ("The grade of sedation (none, mild, moderate, severe) and nausea were recorded.", "nausea", False),
+    ("There is no evidence of retinoblastoma.", "retinoblastoma", True),
+    ("The patient is pain free.", "pain", True),
+    ("No mass was seen.", "mass", True),
+], ids=["decline-in", "free-drug", "no-somatic-mutations", "were-detected-ends", "because-ends", "no-deaths-from",
+        "no-evidence-that", "none-mild-scale", "no-evidence-of", "pain-free", "no-mass-seen"])
+def test_research_abstract_negation_1_7(nlp, text, target, negated):
+    (span,) = run(nlp, text, target)
+    assert span["negated"] is negated
+
+
 def test_a_nitric_oxide_donor_is_no_other_experiencer(nlp):
     (headache,) = run(nlp, "Headache induced by the NO donor glyceryl trinitrate in patients with migraine.", "Headache")
     assert headache["experiencer"] == "patient" and headache["negated"] is False

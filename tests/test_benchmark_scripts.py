@@ -616,4 +616,4 @@ def test_assertion_abstracts_compare_sample_and_score(tmp_path, capsys):
     judged.write_text("\n".join([lines[0], lines[1], lines[2] + "correct", lines[3] + "arguable"]) + "\n")
     capsys.readouterr()
     script.score([judged])
-    assert "2 judged, 1 correct, 1 arguable, 0 wrong: precision 0.750" in capsys.readouterr().out
+    assert "2 judged, 1 correct, 1 arguable, 0 wrong: precision 0.750 (arguable as half), standard error 0.306" in capsys.readouterr().out
