@@ -290,7 +290,7 @@ def test_research_abstract_negated_relations(nlp, text, target, negated):
     assert span["negated"] is negated
 
 
-# context_rules 1.7.0: more negations of something other than the condition after them, and scopes that end
+# context_rules 1.7.0 and 1.8.0: more negations of something other than the condition after them, and scopes that end
 @pytest.mark.parametrize("text,target,negated", [
     ("Suprofen causes acute declines in renal function.", "renal function", False),
     ("Torsades occurred at low free drug concentrations.", "Torsades", False),
@@ -303,8 +303,15 @@ def test_research_abstract_negated_relations(nlp, text, target, negated):
     ("There is no evidence of retinoblastoma.", "retinoblastoma", True),
     ("The patient is pain free.", "pain", True),
     ("No mass was seen.", "mass", True),
+    # 1.8.0
+    ("Patients with and without hypopigmentation were compared.", "hypopigmentation", False),
+    ("Nasal hypoplasia with or without stippled epiphyses was reported.", "stippled epiphyses", False),
+    ("Families with no male breast cancer and with two ovarian cancers were linked.", "ovarian cancers", False),
+    ("Families with no male breast cancer and with two ovarian cancers were linked.", "male breast cancer", True),
+    ("None occurred in patients with hyperprolactinemia.", "hyperprolactinemia", False),
 ], ids=["decline-in", "free-drug", "no-somatic-mutations", "were-detected-ends", "because-ends", "no-deaths-from",
-        "no-evidence-that", "none-mild-scale", "no-evidence-of", "pain-free", "no-mass-seen"])
+        "no-evidence-that", "none-mild-scale", "no-evidence-of", "pain-free", "no-mass-seen", "with-and-without",
+        "with-or-without", "and-with-ends", "no-before-and-with", "none-occurred"])
 def test_research_abstract_negation_1_7(nlp, text, target, negated):
     (span,) = run(nlp, text, target)
     assert span["negated"] is negated
