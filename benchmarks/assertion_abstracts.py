@@ -10,10 +10,11 @@ pipeline gives on the 2,292 NCBI-disease + BC5CDR abstracts and compares two ver
     python benchmarks/assertion_abstracts.py compare /tmp/assert-before.json /tmp/assert-after.json
 
 ``compare`` counts, per attribute, the spans it is set on before and after and those it was turned
-on and off for, prints each changed span with its sentence, and writes the counts to
-``benchmarks/results/assertion_abstracts_<before>-<after>.json`` (the lexicon versions). ``sample`` draws spans flagged with an attribute
-(``random.Random(seed)``) into a TSV to judge by hand (a ``judgement`` column: ``correct``,
-``wrong`` or ``arguable``); ``score`` reads such a judged TSV and prints its precision and its standard error.
+on and off for, prints each changed span with its sentence, and writes both to
+``benchmarks/results/assertion_abstracts_<before>-<after>.json`` (the lexicon versions). ``sample``
+draws spans flagged with an attribute (``random.Random(seed)``) into a TSV to judge by hand (a
+``judgement`` column: ``correct``, ``wrong`` or ``arguable``); ``score`` reads judged TSVs and prints
+each one's precision and its standard error.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def sentence_of(text: str, start: int, end: int) -> str:
     return " ".join(f"{text[first:start]}[[{text[start:end]}]]{text[end:last]}".split())
 
 
-def snapshot(output: Path, limit: int) -> None:
+def snapshot(output: Path, limit: Optional[int]) -> None:
     """Every entity's and nested mention's assertion attributes, one list per abstract."""
     import torch
     from pipeline_profile import corpus_texts  # benchmarks/pipeline_profile.py, beside this script
@@ -67,7 +68,7 @@ def _read(path: Path) -> Dict[str, Any]:
     return json.loads(path.read_text(encoding="utf8"))
 
 
-def compare(before_path: Path, after_path: Path, output: Optional[Path], show: int) -> Dict[str, Any]:
+def compare(before_path: Path, after_path: Path, output: Optional[Path], show: int, command: str = "") -> Dict[str, Any]:
     """Per attribute, how many spans carry it before and after, and how many changed each way."""
     before, after = _read(before_path), _read(after_path)
     if before["texts_sha256"] != after["texts_sha256"]:
@@ -88,10 +89,8 @@ def compare(before_path: Path, after_path: Path, output: Optional[Path], show: i
                 if s[k] != t[k]:
                     counts[attr]["turned_on" if t[k] else "turned_off"] += 1
                     changed.append(f"{attr} {s[k]} -> {t[k]} | {s[2]} | {s[3]}")
-    result = {"before": {"lexicon": before["lexicon"], "file": str(before_path)},
-              "after": {"lexicon": after["lexicon"], "file": str(after_path)},
-              "abstracts": before["abstracts"], "spans_compared": spans_compared, "counts": counts,
-              "command": "python benchmarks/assertion_abstracts.py compare " + " ".join(sys.argv[2:]), "changed": changed}
+    result = {"lexicons": [before["lexicon"], after["lexicon"]], "abstracts": before["abstracts"], "command": command,
+              "spans_compared": spans_compared, "counts": counts, "changed": changed}
     for line in changed[:show]:
         print(line)
     for attr, c in counts.items():
@@ -120,7 +119,7 @@ def sample(snapshot_path: Path, attr: str, n: int, seed: int, output: Path) -> N
 def score(judged: Sequence[Path]) -> None:
     """The share of judged spans that are correct (an arguable one counts half)."""
     for path in judged:
-        rows = [r for r in csv.DictReader((line for line in path.open(encoding="utf8") if not line.startswith("#")), delimiter="\t")]
+        rows = list(csv.DictReader((line for line in path.open(encoding="utf8") if not line.startswith("#")), delimiter="\t"))
         bad = [r["n"] for r in rows if r["judgement"] not in JUDGEMENTS]
         if bad:
             sys.exit(f"{path}: rows {', '.join(bad)} have no judgement ({', '.join(JUDGEMENTS)})")
@@ -154,7 +153,7 @@ def main(argv: Sequence[str] = ()) -> None:
     if args.command == "snapshot":
         snapshot(args.output, args.limit)
     elif args.command == "compare":
-        compare(args.before, args.after, args.output, args.show)
+        compare(args.before, args.after, args.output, args.show, "python benchmarks/assertion_abstracts.py " + " ".join(argv or sys.argv[1:]))
     elif args.command == "sample":
         sample(args.snapshot, args.attr, args.n, args.seed, args.output)
     else:

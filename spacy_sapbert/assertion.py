@@ -286,39 +286,29 @@ class _Lexicon:
         found: List[Tuple[int, int, List[Rule], Tuple[int, ...]]] = []  # ..., the words in gaps
         lower, n = words.lower, words.n
         trie = self.trie
+        gaps: List[Tuple[int, list, int, Tuple[int, ...]]] = []  # gaps met: (N, the node after it, its first word, skipped)
 
-        def after_gaps(w: int, gaps: list, k: int) -> None:
-            """The matches of ``w`` that go on through ``gaps`` from word ``k``."""
-            stack = [(size, node, k, ()) for size, node in gaps]
-            while stack:
-                size, gap, at, skipped = stack.pop()
-                for j in range(at, min(at + size, n) + 1):
-                    if j > at and (lower[j - 1] in _GAP_STOP_IDS or blocked[j - 1]):
-                        break
-                    level, k2, inner = gap[0], j, skipped + tuple(range(at, j))
-                    while k2 < n:
-                        node = level.get(lower[k2])
-                        if node is None:
-                            break
-                        k2 += 1
-                        if node[1] is not None:
-                            found.append((w, k2, node[1], inner))
-                        if node[2]:
-                            stack.extend((s, g, k2, inner) for s, g in node[2])
-                        level = node[0]
-
-        for w in [i for i, word in enumerate(lower) if word in trie]:
-            level, k = trie, w
+        def walk(w: int, level: Dict[int, list], k: int, skipped: Tuple[int, ...]) -> None:
+            """From word ``k`` down the trie ``level``: each rule that ends is a match of ``w``; each gap met is queued."""
             while k < n:
                 node = level.get(lower[k])
                 if node is None:
-                    break
+                    return
                 k += 1
                 if node[1] is not None:
-                    found.append((w, k, node[1], ()))
+                    found.append((w, k, node[1], skipped))
                 if node[2]:
-                    after_gaps(w, node[2], k)
+                    gaps.extend((size, after, k, skipped) for size, after in node[2])
                 level = node[0]
+
+        for w in [i for i, word in enumerate(lower) if word in trie]:
+            walk(w, trie, w, ())
+            while gaps:  # a gap goes on after 0 to N words of the clause
+                size, after, at, skipped = gaps.pop()
+                for j in range(at, min(at + size, n) + 1):
+                    if j > at and (lower[j - 1] in _GAP_STOP_IDS or blocked[j - 1]):
+                        break
+                    walk(w, after[0], j, skipped + tuple(range(at, j)))
         found.sort(key=lambda m: (m[0] - m[1], m[0]))
         taken = list(blocked)
         kept: List[Tuple[int, int, List[Rule]]] = []
