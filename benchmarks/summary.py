@@ -69,6 +69,16 @@ def end_to_end_rows(end_to_end: Dict[str, object]) -> List[str]:
     return rows
 
 
+def assertion_row(context: Dict[str, Any]) -> str:
+    """The ConText component's F on the NegEx/ConText test set's held-out half, beside GenNegEx's published figure."""
+    test = next(v for k, v in context["sapbert_context"].items() if k.startswith("test"))
+    scores = ", ".join(f"{attr} F {test[attr]['f']:.3f}" for attr in ("negated", "historical", "hypothetical"))
+    published = context["gennegex_published"]
+    return (f"| assertion (`sapbert_context`, lexicon {context['rules_version']}) on the NegEx/ConText test set, lines "
+            f"1,201-2,376 (tuned on 1-1,200) | {scores}; {published['name']}: negated F {published['f']:.3f} | "
+            "(README) Clinical context |")
+
+
 def render(results: Path) -> str:
     rows: List[str] = []
     evaluation, end_to_end = _read(results / "evaluation.json"), _read(results / "end_to_end.json")
@@ -92,6 +102,9 @@ def render(results: Path) -> str:
         rows.append(f"| HPO default on GSC+ dev (nested mentions counted) | link F1 {shipped['link_f1']:.3f}, mention F1 "  # type: ignore[index]
                     f"{shipped['mention_f1']:.3f}; entities only: link F1 {shipped['ents_only']['link_f1']:.3f}{peers} | "  # type: ignore[index]
                     "The default HPO pipeline's detector |")
+    context = _read(results / "negex_context.json")
+    if context:
+        rows.append(assertion_row(context))
     if speed:
         rows.append(
             f"| linking speed, gold spans in `nlp.pipe` (MEDIC KB, {speed['machine']['cpu']}) | {speed['mentions_per_s']} "  # type: ignore[index]

@@ -617,3 +617,16 @@ def test_assertion_abstracts_compare_sample_and_score(tmp_path, capsys):
     capsys.readouterr()
     script.score([judged])
     assert "2 judged, 1 correct, 1 arguable, 0 wrong: precision 0.750 (arguable as half), standard error 0.306" in capsys.readouterr().out
+
+
+def test_summary_has_the_assertion_row(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # summary.py imports readme_tables beside it
+    summary = _load("summary")
+    context = {"rules_version": "9.9.9", "gennegex_published": {"name": "GenNegEx", "f": 0.9467},
+               "sapbert_context": {"dev (lines 1-1200)": {}, "test (lines 1201-2376)": {
+                   a: {"f": f} for a, f in (("negated", 0.97), ("historical", 0.7181), ("hypothetical", 0.96))}}}
+    (tmp_path / "negex_context.json").write_text(json.dumps(context))
+    row = [line for line in summary.render(tmp_path).splitlines() if "assertion" in line]
+    assert row == ["| assertion (`sapbert_context`, lexicon 9.9.9) on the NegEx/ConText test set, lines 1,201-2,376 "
+                   "(tuned on 1-1,200) | negated F 0.970, historical F 0.718, hypothetical F 0.960; GenNegEx: negated F "
+                   "0.947 | (README) Clinical context |"]
