@@ -275,13 +275,18 @@ def test_research_abstract_negation(nlp, text, target, negated):
     assert span["negated"] is negated
 
 
-# context_rules 1.4.0: the duration of a current complaint, and earlier literature, are no patient's past
+# context_rules 1.4.0: the duration of a current complaint, and earlier literature, are no patient's past;
+# 1.9.0: nor is a general fact ("is known to cause")
 @pytest.mark.parametrize("text,target,historical", [
     ("He presented with 5 days' history of jaundice and vomiting.", "vomiting", False),
     ("A history of jaundice.", "jaundice", True),
     ("The T1620M mutation, previously associated with IVF, was expressed in oocytes.", "IVF", False),
     ("She was previously diagnosed with asthma.", "asthma", True),
-], ids=["days-apostrophe-history", "history-of", "previously-associated-with", "previously-diagnosed"])
+    ("Ethambutol is known to cause optic neuropathy.", "optic neuropathy", False),
+    ("Takotsubo syndrome, also known as broken heart syndrome, is rare.", "broken heart syndrome", False),
+    ("He was known to have Fanconi anemia for 3 years.", "Fanconi anemia", True),
+], ids=["days-apostrophe-history", "history-of", "previously-associated-with", "previously-diagnosed", "is-known-to",
+        "also-known-as", "was-known-to-have"])
 def test_research_abstract_history_cues(nlp, text, target, historical):
     (span,) = run(nlp, text, target)
     assert span["historical"] is historical
