@@ -321,6 +321,21 @@ def test_gaps_in_phrases_are_read_and_checked():
                 {"phrases": [bad], "category": "negated", "direction": "forward"}]})
 
 
+# context_rules 1.10.0: a hedged relation is no uncertain condition; a hedged condition still is
+@pytest.mark.parametrize("text,target,uncertain", [
+    ("Defects in superoxide production may be implicated in the high incidence of bacterial infections.", "bacterial infections", False),
+    ("Similar mechanisms may be involved in the pathogenesis of cluster headache.", "cluster headache", False),
+    ("Cabergoline may be useful for the treatment of hyperprolactinemia.", "hyperprolactinemia", False),
+    ("The results suggest a possible involvement of angiotensin in the development of nephrosis.", "nephrosis", False),
+    ("This may be pneumonia.", "pneumonia", True),
+    ("Possible pneumonia.", "pneumonia", True),
+], ids=["may-be-implicated-in", "may-be-involved-in", "may-be-useful", "possible-involvement", "may-be-condition",
+        "possible-condition"])
+def test_a_hedged_relation_is_no_uncertain_condition(nlp, text, target, uncertain):
+    (span,) = run(nlp, text, target)
+    assert span["uncertain"] is uncertain
+
+
 def test_a_trigger_ends_only_the_scopes_that_give_another_value(nlp):
     # the 4-word "s/p" no longer ends the sentence-long "history of"
     cad, htn, dm = run(nlp, "History of CAD, s/p CABG, hypertension and diabetes.", "CAD", "hypertension", "diabetes")
