@@ -37,7 +37,8 @@ JUDGEMENTS = ("correct", "wrong", "arguable")
 def sentence_of(text: str, start: int, end: int) -> str:
     """The sentence around characters ``start``..``end`` (from after the last ". " before to the next
     ". "), the span in double brackets."""
-    first = text.rfind(". ", 0, start) + 2 if text.rfind(". ", 0, start) >= 0 else 0
+    before = text.rfind(". ", 0, start)
+    first = before + 2 if before >= 0 else 0
     last = text.find(". ", end)
     last = len(text) if last < 0 else last + 1
     return " ".join(f"{text[first:start]}[[{text[start:end]}]]{text[end:last]}".split())
@@ -54,9 +55,9 @@ def snapshot(output: Path, limit: Optional[int]) -> None:
     texts = corpus_texts(ROOT / "assets" / "benchmarks", limit)
     nlp = default_pipeline(progress=False)
     docs = []
-    for doc in nlp.pipe(texts):
+    for text, doc in zip(texts, nlp.pipe(texts)):
         spans = {(s.start_char, s.end_char): s for s in list(doc.ents) + list(doc.spans.get("sapbert_nested", []))}
-        docs.append([[a, b, s.text, sentence_of(doc.text, a, b)] + [bool(getattr(s._, attr)) for attr in ATTRS[:4]]
+        docs.append([[a, b, s.text, sentence_of(text, a, b)] + [bool(getattr(s._, attr)) for attr in ATTRS[:4]]
                      + [s._.experiencer == "other"] for (a, b), s in sorted(spans.items())])
     record = {"lexicon": nlp.get_pipe("sapbert_context").version, "abstracts": len(texts), "attributes": list(ATTRS),
               "texts_sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest(), "docs": docs}

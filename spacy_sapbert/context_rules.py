@@ -71,7 +71,8 @@ def _slots_of(categories: Union[str, Sequence[str]]) -> Tuple[str, ...]:
 
 
 def check_rule_entry(entry: Dict[str, Any]) -> None:
-    """Raise ``ValueError`` naming what is wrong with one rule entry of the lexicon or the config."""
+    """Raise ``ValueError`` naming what is wrong with the shape of one rule entry of the lexicon or the
+    config (its phrases' gaps are checked as they are compiled: ``rules_from_entries``)."""
     if not isinstance(entry, dict):
         raise ValueError(f"A ConText rule is a dict with 'phrase' or 'phrases', 'category', 'direction'; got {entry!r}")
     if not any(k in entry for k in ("phrase", "phrases", "sequences")):
@@ -91,11 +92,6 @@ def check_rule_entry(entry: Dict[str, Any]) -> None:
     max_scope = entry.get("max_scope")
     if max_scope is not None and (not isinstance(max_scope, int) or max_scope < 1):
         raise ValueError(f"ConText rule {entry!r}: 'max_scope' must be a positive integer")
-    for phrase in list(entry.get("phrases") or ([entry["phrase"]] if "phrase" in entry else [])) + expand_sequences(entry.get("sequences", [])):
-        try:
-            phrase_parts(phrase)
-        except ValueError as e:
-            raise ValueError(f"ConText rule {entry!r}: {e}") from None
 
 
 def phrase_parts(phrase: str) -> List[Union[str, int]]:
@@ -118,7 +114,8 @@ def phrase_parts(phrase: str) -> List[Union[str, int]]:
 
 
 def rules_from_entries(entries: Iterable[Dict[str, Any]], tokenize: Callable[[str], Tuple[str, ...]]) -> List[Rule]:
-    """One :class:`Rule` per phrase of each entry (``{"phrases": [...], "category", "direction"}``)."""
+    """One :class:`Rule` per phrase of each entry (``{"phrases": [...], "category", "direction"}``); a
+    ``ValueError`` names the entry of a phrase whose gap is misplaced."""
     rules: List[Rule] = []
     for entry in entries:
         check_rule_entry(entry)
@@ -126,10 +123,12 @@ def rules_from_entries(entries: Iterable[Dict[str, Any]], tokenize: Callable[[st
         categories = entry.get("category", "all")
         slots = _slots_of(categories)
         value = CATEGORIES[_as_list(categories)[0]][1] if direction not in ("terminate", "pseudo") else None
-        phrases = list(entry.get("phrases") or ([entry["phrase"]] if "phrase" in entry else []))
-        phrases += expand_sequences(entry.get("sequences", []))
-        for phrase in phrases:
-            words = tuple(w for part in phrase_parts(phrase) for w in ((part,) if isinstance(part, int) else tokenize(part)))
+        for phrase in entry_phrases(entry):
+            try:
+                parts = phrase_parts(phrase)
+            except ValueError as e:
+                raise ValueError(f"ConText rule {entry!r}: {e}") from None
+            words = tuple(w for part in parts for w in ((part,) if isinstance(part, int) else tokenize(part)))
             if words:
                 rules.append(Rule(words, direction, slots, value, entry.get("max_scope"),
                                   "+".join(_as_list(categories))))
@@ -140,13 +139,13 @@ def expand_sequences(sequences: Iterable[Sequence[Sequence[str]]]) -> List[str]:
     """The phrases a ``sequences`` entry stands for: each sequence a list of alternatives per place
     (``""`` leaves the place out): ``[["his", "her", ""], ["mother"], ["reports", "states"]]`` is
     "his mother reports", ..., "mother states"."""
-    out: List[str] = []
-    for seq in sequences:
-        for combo in product(*seq):
-            phrase = " ".join(part for part in combo if part)
-            if phrase and phrase not in out:
-                out.append(phrase)
-    return out
+    phrases = (" ".join(part for part in combo if part) for seq in sequences for combo in product(*seq))
+    return [phrase for phrase in dict.fromkeys(phrases) if phrase]  # in order, each once
+
+
+def entry_phrases(entry: Dict[str, Any]) -> List[str]:
+    """Every phrase of a rule entry: its ``phrase`` or ``phrases``, then what its ``sequences`` stand for."""
+    return list(entry.get("phrases") or ([entry["phrase"]] if "phrase" in entry else [])) + expand_sequences(entry.get("sequences", []))
 
 
 def read_rules(path: Union[str, Path, None] = None) -> Dict[str, Any]:
@@ -176,8 +175,5 @@ def title_table(entries: Iterable[Dict[str, Any]], tokenize: Callable[[str], Tup
 def describe_rules(data: Optional[Dict[str, Any]] = None) -> str:
     """One line: the lexicon's version and its lists (for benchmark records and ``--help`` texts)."""
     data = data or read_rules()
-    def count(e: Dict[str, Any]) -> int:
-        return len(e.get("phrases") or ([e["phrase"]] if "phrase" in e else [])) + len(expand_sequences(e.get("sequences", [])))
-
-    parts = [f"{lst['name']}({sum(count(e) for e in lst.get('rules', []))} phrases)" for lst in data["lists"]]
+    parts = [f"{lst['name']}({sum(len(entry_phrases(e)) for e in lst.get('rules', []))} phrases)" for lst in data["lists"]]
     return f"context_rules {data['version']}: " + ", ".join(parts)

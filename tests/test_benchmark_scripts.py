@@ -595,6 +595,7 @@ def test_encoder_layers_cuts_a_bert_to_its_first_layers(tiny_bert_path, tmp_path
 def test_assertion_abstracts_compare_sample_and_score(tmp_path, capsys):
     script = _load("assertion_abstracts")
     assert script.sentence_of("No fever. No cough here. Done.", 13, 18) == "No [[cough]] here."
+    assert script.sentence_of("A fever here. Done.", 2, 7) == "A [[fever]] here."  # no sentence before it
 
     def snap(path, lexicon, negated):
         docs = [[[0, 5, "fever", "[[fever]] ...", negated[0], False, False, False, False],
