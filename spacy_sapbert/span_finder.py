@@ -115,7 +115,8 @@ class SpanFinderSettings:
 
     ``linker``: the name of the ``sapbert_linker`` whose KB, encoder and cache score the proposals.
     ``min_exact_score``: the lowest score that keeps a proposal whose content words are a KB name's
-    (or a coordination of such); ``min_partial_score``: one missing a word of a name.
+    (or a coordination of such); ``min_partial_score``: one missing a word of a name. A minimum above
+    1.0 (a KB name's own score) switches that kind of proposal off: it is never searched.
     ``abbreviations``: score a short form the text defines through its long form, as the linker
     links it. ``max_modifiers``: also propose a name with up to this many KB modifiers before it
     ("hemorrhagic cystitis"), kept at ``min_modified_score``. ``word_variants``: ``"shipped"`` or a
@@ -245,9 +246,11 @@ class SpanFinder(ConfigOnlyPipe):
         expanders = [abbreviation_expander(find_abbreviations(text) if self.abbreviations else {}) for text in texts]
         # each proposal as a plain (start, end, kind) tuple, which the garbage collector stops tracking: a batch's
         # thousands of Proposal objects live through the encoder's calls, and its full passes cost more than proposing
-        proposals = [[(p.start, p.end, p.kind) for p in self.proposals(doc, text)] for doc, text in zip(docs, texts)]
         minimum = {"exact": self.min_exact_score, "coordinated": self.min_exact_score, "partial": self.min_partial_score,
                    "modified": self.min_modified_score, "variant": self.min_variant_score}
+        # a kind whose minimum is above 1.0, a KB name's own score, is switched off: never searched
+        proposals = [[(p.start, p.end, p.kind) for p in self.proposals(doc, text) if minimum[p.kind] <= 1.0]
+                     for doc, text in zip(docs, texts)]
         linker = self._linker()
 
         asked: Dict[Tuple[int, ProposalTuple], List[str]] = {}

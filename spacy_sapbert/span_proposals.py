@@ -61,7 +61,9 @@ class NameIndex:
 
     A proposal's content words must be some name's, in any order ("type C brachydactyly"), or,
     for names of three to six words, all but one of them, never the head ("optic nerve" is not
-    "optic nerve diseases"). Acronyms ("ALL", "CAN") and names in capitals whose words the KB
+    "optic nerve diseases") nor the first word, most often the quality that makes the name an
+    abnormality ("blood pressure" is not "Increased blood pressure", "renal function" not "Abnormal
+    renal function"; ``benchmarks/README.md``, "Partial matches"). Acronyms ("ALL", "CAN") and names in capitals whose words the KB
     mostly writes in capitals ("INCLUDED") match only capitals in the text; names
     without a letter ("1") are left out; ``word_share`` says in what share of the names a word
     occurs ("disease": many), so that single generic words can be held back; ``modifiers`` are
@@ -104,9 +106,9 @@ class NameIndex:
             self.exact.add(keys)
             if any(w.lower() in COORDINATING_WORDS for w in words):
                 self.coordinated.add(keys)
-            if 3 <= len(keys) <= 6:
-                head = name_head(name)
-                self.partial.update(keys - {k} for k in keys if k != head)
+            if 3 <= len(keys) <= 6:  # never without the head nor the first word, most often the quality
+                kept = {name_head(name), content[0]}
+                self.partial.update(keys - {k} for k in keys if k not in kept)
         # A name in capitals that is no acronym ("ANIRIDIA") holds words the KB mostly writes in lower
         # case ("Congenital aniridia"); words it mostly writes in capitals ("INCLUDED") are OMIM's notation.
         self.capitals_only.update(keys for keys in in_capitals if any(case_counts[k][0] > case_counts[k][1] for k in keys))

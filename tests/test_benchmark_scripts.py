@@ -620,6 +620,31 @@ def test_assertion_abstracts_compare_sample_and_score(tmp_path, capsys):
     assert "2 judged, 1 correct, 1 arguable, 0 wrong: precision 0.750 (arguable as half), standard error 0.306" in capsys.readouterr().out
 
 
+def test_link_changes_compare_and_sample(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # link_changes.py imports assertion_abstracts beside it
+    script = _load("link_changes")
+
+    def snap(path, spans):
+        path.write_text(json.dumps({"abstracts": 2, "texts_sha256": "x", "docs": spans}))
+        return path
+
+    pressure = [0, 14, "blood pressure", "HP:1", "Increased blood pressure", "[[blood pressure]] ..."]
+    fever, seizures = [20, 25, "fever", "HP:2", "Fever", "... [[fever]]"], [0, 8, "seizures", "HP:3", "Seizures", "[[seizures]]"]
+    before = snap(tmp_path / "b.json", [[pressure, fever], []])
+    after = snap(tmp_path / "a.json", [[fever[:3] + ["HP:4", "Pyrexia", fever[5]]], [seizures]])
+    result = script.compare(before, after, "test", tmp_path / "c.json")
+    assert result["spans"] == {"before": 2, "after": 2, "removed": 1, "added": 1, "relinked": 1}
+    assert result["removed"] == [[0, *pressure]] and result["added"] == [[1, *seizures]]
+    assert result["relinked"] == [[0, *fever, "HP:4", "Pyrexia"]]
+    assert result["removed_most_often"] == [("blood pressure", 1)]
+    script.sample(tmp_path / "c.json", "removed", 5, 0, tmp_path / "s.tsv")
+    lines = (tmp_path / "s.tsv").read_text().splitlines()
+    assert lines[0].startswith("# 1 of the 1 spans removed in c.json") and len(lines) == 3
+    assert lines[2].split("\t") == ["0", "0", "blood pressure", "HP:1", "Increased blood pressure", "[[blood pressure]] ...", ""]
+    with pytest.raises(SystemExit, match="no judgement"):  # scored as assertion_abstracts scores
+        script.score([tmp_path / "s.tsv"])
+
+
 def test_summary_has_the_assertion_row(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # summary.py imports readme_tables beside it
     summary = _load("summary")

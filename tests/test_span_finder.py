@@ -54,14 +54,19 @@ def test_name_index_matches_exact_reordered_and_partial_names():
     assert "ventricle" in index.vocab and "the" in index.vocab
 
 
-def test_partial_matches_never_drop_the_head_of_a_name():
-    names = ["Abnormality of the left ventricle", "Optic nerve diseases", "Congenital heart block", "Hypertrophy, Left Ventricular"]
-    assert [name_head(n) for n in names] == ["abnormality", "disease", "block", "hypertrophy"]
+def test_partial_matches_never_drop_the_head_nor_the_first_word_of_a_name():
+    names = ["Abnormality of the left ventricle", "Optic nerve diseases", "Coronary artery aneurysm", "Hypertrophy, Left Ventricular",
+             "Increased blood pressure", "Abnormal renal function"]
+    assert [name_head(n) for n in names] == ["abnormality", "disease", "aneurysm", "hypertrophy", "pressure", "function"]
     index = NameIndex(names)
-    assert index.match(content_keys("heart block".split())) == "partial"  # one of three words missing, not the head
-    assert index.match(content_keys("congenital heart".split())) is None  # the head is missing
+    assert index.match(content_keys("coronary aneurysm".split())) == "partial"  # one of three words missing, an inner one
+    assert index.match(content_keys("coronary artery".split())) is None  # the head is missing
     assert index.match(content_keys("optic nerve".split())) is None  # an organ, not its diseases
     assert index.match(content_keys("left ventricle".split())) is None
+    # the first word is most often the quality that makes the name an abnormality: a measurement is none
+    assert index.match(content_keys("blood pressure".split())) is None
+    assert index.match(content_keys("renal function".split())) is None
+    assert index.match(content_keys("increased pressure".split())) == "partial"
 
 
 def test_acronyms_and_names_written_in_capitals():
@@ -199,6 +204,22 @@ def test_min_scores_let_the_encoder_reject_proposals(kb_path, tiny_bert_path):
     assert list(nlp("Two tumours and breast cancer.").ents) == []
     nlp = finder_nlp(kb_path, tiny_bert_path, min_exact_score=0.0, min_partial_score=1.5)
     assert [e.text for e in nlp("Abnormality of left, breast cancer.").ents] == ["breast cancer"]
+
+
+def test_a_kind_whose_minimum_is_above_one_is_never_searched(kb_path, tiny_bert_path, monkeypatch):
+    """No string scores above a KB name's own 1.0: a partial match at ``min_partial_score`` 1.5 could
+    never be kept, so the encoder is not asked about it."""
+    text = "Abnormality of left, breast cancer."
+    searched = {}
+    for minimum in (0.0, 1.5):
+        nlp = finder_nlp(kb_path, tiny_bert_path, min_partial_score=minimum)
+        finder = nlp.get_pipe("sapbert_span_finder")
+        scores = finder._scores
+        asked = searched[minimum] = set()
+        monkeypatch.setattr(finder, "_scores", lambda texts, asked=asked, scores=scores: asked.update(texts) or scores(texts))
+        nlp(text)
+    assert "Abnormality of left" in searched[0.0]  # a partial match of "Abnormality of the left ventricle"
+    assert searched[1.5] == searched[0.0] - {"Abnormality of left"}
 
 
 def test_overlaps_resolved_longest_first_or_all_kept_in_a_span_group(kb_path, tiny_bert_path):

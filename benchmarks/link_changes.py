@@ -1,0 +1,132 @@
+"""Which linked spans a change to detection moved on research abstracts, and how good they were.
+
+GSC+ dev, the phenotype dev set, has 22 abstracts: a change to what the HPO default proposes moves a
+handful of its spans. This script writes down every span the default pipeline links on the 2,292
+NCBI-disease + BC5CDR abstracts and compares two versions of the code::
+
+    PYTHONPATH=/tmp/before python benchmarks/link_changes.py snapshot /tmp/links-before.json
+    python benchmarks/link_changes.py snapshot /tmp/links-after.json
+    python benchmarks/link_changes.py compare /tmp/links-before.json /tmp/links-after.json --name NAME
+
+``compare`` counts the spans removed, added and linked to another concept, the texts removed and
+added most often, and writes them all to ``benchmarks/results/link_changes_NAME.json``. ``sample``
+draws removed (or added) spans from that file (``random.Random(seed)``) into a TSV to judge by hand (a
+``judgement`` column: ``correct`` when the span is a mention of the concept it was linked to, ``wrong``,
+or ``arguable``); ``score`` (``assertion_abstracts.score``) prints the judged precision.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import hashlib
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from assertion_abstracts import score, sentence_of  # benchmarks/assertion_abstracts.py, beside this script
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def snapshot(output: Path, limit: Optional[int]) -> None:
+    """Every linked entity and nested mention: offsets, text, concept, its name and the sentence, per abstract."""
+    import torch
+    from pipeline_profile import corpus_texts  # benchmarks/pipeline_profile.py, beside this script
+
+    from spacy_sapbert.defaults import default_pipeline
+
+    torch.set_num_threads(1)
+    texts = corpus_texts(ROOT / "assets" / "benchmarks", limit)
+    nlp = default_pipeline(progress=False)
+    docs = []
+    for text, doc in zip(texts, nlp.pipe(texts)):
+        spans = {(s.start_char, s.end_char): s for s in list(doc.ents) + list(doc.spans.get("sapbert_nested", [])) if s._.cui}
+        docs.append([[a, b, s.text, s._.cui, s._.cui_candidates[0][1], sentence_of(text, a, b)] for (a, b), s in sorted(spans.items())])
+    record = {"abstracts": len(texts), "texts_sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest(), "docs": docs}
+    output.write_text(json.dumps(record) + "\n", encoding="utf8")
+    print(f"{output}: {sum(len(d) for d in docs):,} linked spans in {len(texts):,} abstracts")
+
+
+def _read(path: Path) -> Dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf8"))
+
+
+def compare(before_path: Path, after_path: Path, name: str, output: Optional[Path] = None, command: str = "") -> Dict[str, Any]:
+    """The spans only one snapshot links (by abstract and offsets), and those linked to another concept."""
+    before, after = _read(before_path), _read(after_path)
+    if before["texts_sha256"] != after["texts_sha256"]:
+        sys.exit("the two snapshots are of different abstracts")
+    removed: List[List[Any]] = []
+    added: List[List[Any]] = []
+    relinked: List[List[Any]] = []
+    for d, (old, new) in enumerate(zip(before["docs"], after["docs"])):
+        old_by, new_by = {(s[0], s[1]): s for s in old}, {(s[0], s[1]): s for s in new}
+        removed += [[d, *s] for k, s in old_by.items() if k not in new_by]
+        added += [[d, *s] for k, s in new_by.items() if k not in old_by]
+        relinked += [[d, *s, new_by[k][3], new_by[k][4]] for k, s in old_by.items() if k in new_by and new_by[k][3] != s[3]]
+    result = {
+        "name": name, "command": command, "abstracts": before["abstracts"],
+        "spans": {"before": sum(map(len, before["docs"])), "after": sum(map(len, after["docs"])),
+                  "removed": len(removed), "added": len(added), "relinked": len(relinked)},
+        "removed_most_often": collections.Counter(s[3].lower() for s in removed).most_common(40),
+        "added_most_often": collections.Counter(s[3].lower() for s in added).most_common(40),
+        "removed": removed, "added": added, "relinked": relinked,
+    }
+    print(json.dumps(result["spans"]))
+    print("removed most often:", ", ".join(f"{t} ({n})" for t, n in result["removed_most_often"][:20]))
+    print("added most often:", ", ".join(f"{t} ({n})" for t, n in result["added_most_often"][:20]))
+    output = output or RESULTS / f"link_changes_{name}.json"
+    output.write_text(json.dumps(result, indent=1) + "\n", encoding="utf8")
+    print(output)
+    return result
+
+
+def sample(changes_path: Path, which: str, n: int, seed: int, output: Path) -> None:
+    """``n`` random spans of ``which`` (``removed`` or ``added``) with their concepts and sentences, as a TSV to judge."""
+    spans = _read(changes_path)[which]
+    drawn = random.Random(seed).sample(spans, min(n, len(spans)))
+    with output.open("w", encoding="utf8", newline="") as f:
+        f.write(f"# {len(drawn)} of the {len(spans):,} spans {which} in {changes_path.name}, drawn with random.Random({seed}).sample; "
+                "judgement: correct (a mention of the concept it was linked to), wrong, or arguable\n")
+        out = csv.writer(f, delimiter="\t", lineterminator="\n")
+        out.writerow(["n", "abstract", "span", "concept", "concept name", "sentence", "judgement"])
+        for i, s in enumerate(drawn):
+            out.writerow([i, s[0], s[3], s[4], s[5], s[6], ""])
+    print(f"{output}: {len(drawn)} of {len(spans):,} spans")
+
+
+def main(argv: Sequence[str] = ()) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    snap = sub.add_parser("snapshot")
+    snap.add_argument("output", type=Path)
+    snap.add_argument("--limit", type=int, default=None)
+    comp = sub.add_parser("compare")
+    comp.add_argument("before", type=Path)
+    comp.add_argument("after", type=Path)
+    comp.add_argument("--name", required=True, help="the change's name: results/link_changes_NAME.json")
+    samp = sub.add_parser("sample")
+    samp.add_argument("changes", type=Path, help="a link_changes_NAME.json")
+    samp.add_argument("output", type=Path)
+    samp.add_argument("--which", choices=("removed", "added"), default="removed")
+    samp.add_argument("--n", type=int, default=40)
+    samp.add_argument("--seed", type=int, default=0)
+    sc = sub.add_parser("score")
+    sc.add_argument("judged", type=Path, nargs="+")
+    args = parser.parse_args(list(argv) or None)
+    if args.command == "snapshot":
+        snapshot(args.output, args.limit)
+    elif args.command == "compare":
+        compare(args.before, args.after, args.name, command="python benchmarks/link_changes.py " + " ".join(argv or sys.argv[1:]))
+    elif args.command == "sample":
+        sample(args.changes, args.which, args.n, args.seed, args.output)
+    else:
+        score(args.judged)
+
+
+if __name__ == "__main__":
+    main()
