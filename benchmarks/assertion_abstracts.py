@@ -18,62 +18,32 @@ each one's precision and its standard error.
 """
 from __future__ import annotations
 
-import argparse
-import csv
-import hashlib
 import json
 import random
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from abstract_spans import RESULTS, default_spans, read_json, same_abstracts, score, sentence_of, subcommands, write_sample
+
 ATTRS = ("negated", "historical", "hypothetical", "uncertain", "other")
 FIRST_ATTR = 4  # a span in a snapshot: start, end, text, its sentence, then ATTRS
-JUDGEMENTS = ("correct", "wrong", "arguable")
-
-
-def sentence_of(text: str, start: int, end: int) -> str:
-    """The sentence around characters ``start``..``end`` (from after the last ". " before to the next
-    ". "), the span in double brackets."""
-    before = text.rfind(". ", 0, start)
-    first = before + 2 if before >= 0 else 0
-    last = text.find(". ", end)
-    last = len(text) if last < 0 else last + 1
-    return " ".join(f"{text[first:start]}[[{text[start:end]}]]{text[end:last]}".split())
 
 
 def snapshot(output: Path, limit: Optional[int]) -> None:
     """Every entity's and nested mention's assertion attributes, one list per abstract."""
-    import torch
-    from pipeline_profile import corpus_texts  # benchmarks/pipeline_profile.py, beside this script
-
-    from spacy_sapbert.defaults import default_pipeline
-
-    torch.set_num_threads(1)
-    texts = corpus_texts(ROOT / "assets" / "benchmarks", limit)
-    nlp = default_pipeline(progress=False)
-    docs = []
-    for text, doc in zip(texts, nlp.pipe(texts)):
-        spans = {(s.start_char, s.end_char): s for s in list(doc.ents) + list(doc.spans.get("sapbert_nested", []))}
-        docs.append([[a, b, s.text, sentence_of(text, a, b)] + [bool(getattr(s._, attr)) for attr in ATTRS[:4]]
-                     + [s._.experiencer == "other"] for (a, b), s in sorted(spans.items())])
-    record = {"lexicon": nlp.get_pipe("sapbert_context").version, "abstracts": len(texts), "attributes": list(ATTRS),
-              "texts_sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest(), "docs": docs}
+    nlp, record, spans = default_spans(limit)
+    docs = [[[a, b, s.text, sentence_of(text, a, b)] + [bool(getattr(s._, attr)) for attr in ATTRS[:4]] + [s._.experiencer == "other"]
+             for a, b, s in found] for text, found in spans]
+    record = {"lexicon": nlp.get_pipe("sapbert_context").version, **record, "attributes": list(ATTRS), "docs": docs}
     output.write_text(json.dumps(record) + "\n", encoding="utf8")
-    print(f"{output}: {sum(len(d) for d in docs):,} spans in {len(texts):,} abstracts, lexicon {record['lexicon']}")
-
-
-def _read(path: Path) -> Dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf8"))
+    print(f"{output}: {sum(len(d) for d in docs):,} spans in {record['abstracts']:,} abstracts, lexicon {record['lexicon']}")
 
 
 def compare(before_path: Path, after_path: Path, output: Optional[Path], show: int, command: str = "") -> Dict[str, Any]:
     """Per attribute, how many spans carry it before and after, and how many changed each way."""
-    before, after = _read(before_path), _read(after_path)
-    if before["texts_sha256"] != after["texts_sha256"]:
-        sys.exit("the two snapshots are of different abstracts")
+    before, after = read_json(before_path), read_json(after_path)
+    same_abstracts(before, after)
     counts: Dict[str, Dict[str, int]] = {a: {"before": 0, "after": 0, "turned_on": 0, "turned_off": 0} for a in ATTRS}
     changed: List[str] = []
     spans_compared = 0
@@ -104,52 +74,21 @@ def compare(before_path: Path, after_path: Path, output: Optional[Path], show: i
 
 def sample(snapshot_path: Path, attr: str, n: int, seed: int, output: Path) -> None:
     """``n`` random spans flagged with ``attr``, with their sentences, as a TSV to judge."""
-    snap = _read(snapshot_path)
+    snap = read_json(snapshot_path)
     k = FIRST_ATTR + ATTRS.index(attr)
     flagged = [(d, s) for d, spans in enumerate(snap["docs"]) for s in spans if s[k]]
-    with output.open("w", encoding="utf8", newline="") as f:
-        f.write(f"# {n} of the {len(flagged):,} spans with {attr} set (lexicon {snap['lexicon']}), drawn with "
-                f"random.Random({seed}).sample; judgement: correct (the text says so of the condition), wrong, or arguable\n")
-        out = csv.writer(f, delimiter="\t", lineterminator="\n")
-        out.writerow(["n", "abstract", "span", "sentence", "judgement"])
-        for i, (d, s) in enumerate(random.Random(seed).sample(flagged, n)):
-            out.writerow([i, d, s[2], s[3], ""])
-    print(f"{output}: {n} of {len(flagged):,} spans")
-
-
-def score(judged: Sequence[Path]) -> None:
-    """The share of judged spans that are correct (an arguable one counts half)."""
-    for path in judged:
-        rows = list(csv.DictReader((line for line in path.open(encoding="utf8") if not line.startswith("#")), delimiter="\t"))
-        bad = [r["n"] for r in rows if r["judgement"] not in JUDGEMENTS]
-        if bad:
-            sys.exit(f"{path}: rows {', '.join(bad)} have no judgement ({', '.join(JUDGEMENTS)})")
-        tally = {j: sum(r["judgement"] == j for r in rows) for j in JUDGEMENTS}
-        precision = (tally["correct"] + tally["arguable"] / 2) / len(rows)
-        error = (precision * (1 - precision) / len(rows)) ** 0.5
-        print(f"{path}: {len(rows)} judged, {tally['correct']} correct, {tally['arguable']} arguable, {tally['wrong']} wrong: "
-              f"precision {precision:.3f} (arguable as half), standard error {error:.3f}")
+    write_sample(output, f"{n} of the {len(flagged):,} spans with {attr} set (lexicon {snap['lexicon']}), drawn with "
+                 f"random.Random({seed}).sample; judgement: correct (the text says so of the condition), wrong, or arguable",
+                 ["abstract", "span", "sentence"], [[d, s[2], s[3]] for d, s in random.Random(seed).sample(flagged, n)])
 
 
 def main(argv: Sequence[str] = ()) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    snap = sub.add_parser("snapshot")
-    snap.add_argument("output", type=Path)
-    snap.add_argument("--limit", type=int, default=None)
-    comp = sub.add_parser("compare")
-    comp.add_argument("before", type=Path)
-    comp.add_argument("after", type=Path)
-    comp.add_argument("--output", type=Path, default=None)
-    comp.add_argument("--show", type=int, default=1000, help="changed spans printed")
-    samp = sub.add_parser("sample")
-    samp.add_argument("snapshot", type=Path)
-    samp.add_argument("output", type=Path)
-    samp.add_argument("--attr", choices=ATTRS, default="negated")
-    samp.add_argument("--n", type=int, default=40)
-    samp.add_argument("--seed", type=int, default=0)
-    sc = sub.add_parser("score")
-    sc.add_argument("judged", type=Path, nargs="+")
+    parser, commands = subcommands(__doc__)
+    commands["compare"].add_argument("--output", type=Path, default=None)
+    commands["compare"].add_argument("--show", type=int, default=1000, help="changed spans printed")
+    commands["sample"].add_argument("snapshot", type=Path)
+    commands["sample"].add_argument("output", type=Path)
+    commands["sample"].add_argument("--attr", choices=ATTRS, default="negated")
     args = parser.parse_args(list(argv) or None)
     if args.command == "snapshot":
         snapshot(args.output, args.limit)

@@ -12,54 +12,33 @@ NCBI-disease + BC5CDR abstracts and compares two versions of the code::
 added most often, and writes them all to ``benchmarks/results/link_changes_NAME.json``. ``sample``
 draws removed (or added) spans from that file (``random.Random(seed)``) into a TSV to judge by hand (a
 ``judgement`` column: ``correct`` when the span is a mention of the concept it was linked to, ``wrong``,
-or ``arguable``); ``score`` (``assertion_abstracts.score``) prints the judged precision.
+or ``arguable``); ``score`` prints the judged precision (``abstract_spans.py``, as for ``assertion_abstracts.py``).
 """
 from __future__ import annotations
 
-import argparse
 import collections
-import csv
-import hashlib
 import json
 import random
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from assertion_abstracts import score, sentence_of  # benchmarks/assertion_abstracts.py, beside this script
-
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from abstract_spans import RESULTS, default_spans, read_json, same_abstracts, score, sentence_of, subcommands, write_sample
 
 
 def snapshot(output: Path, limit: Optional[int]) -> None:
     """Every linked entity and nested mention: offsets, text, concept, its name and the sentence, per abstract."""
-    import torch
-    from pipeline_profile import corpus_texts  # benchmarks/pipeline_profile.py, beside this script
-
-    from spacy_sapbert.defaults import default_pipeline
-
-    torch.set_num_threads(1)
-    texts = corpus_texts(ROOT / "assets" / "benchmarks", limit)
-    nlp = default_pipeline(progress=False)
-    docs = []
-    for text, doc in zip(texts, nlp.pipe(texts)):
-        spans = {(s.start_char, s.end_char): s for s in list(doc.ents) + list(doc.spans.get("sapbert_nested", [])) if s._.cui}
-        docs.append([[a, b, s.text, s._.cui, s._.cui_candidates[0][1], sentence_of(text, a, b)] for (a, b), s in sorted(spans.items())])
-    record = {"abstracts": len(texts), "texts_sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest(), "docs": docs}
-    output.write_text(json.dumps(record) + "\n", encoding="utf8")
-    print(f"{output}: {sum(len(d) for d in docs):,} linked spans in {len(texts):,} abstracts")
-
-
-def _read(path: Path) -> Dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf8"))
+    _, record, spans = default_spans(limit)
+    docs = [[[a, b, s.text, s._.cui, s._.cui_candidates[0][1], sentence_of(text, a, b)] for a, b, s in found if s._.cui]
+            for text, found in spans]
+    output.write_text(json.dumps({**record, "docs": docs}) + "\n", encoding="utf8")
+    print(f"{output}: {sum(len(d) for d in docs):,} linked spans in {record['abstracts']:,} abstracts")
 
 
 def compare(before_path: Path, after_path: Path, name: str, output: Optional[Path] = None, command: str = "") -> Dict[str, Any]:
     """The spans only one snapshot links (by abstract and offsets), and those linked to another concept."""
-    before, after = _read(before_path), _read(after_path)
-    if before["texts_sha256"] != after["texts_sha256"]:
-        sys.exit("the two snapshots are of different abstracts")
+    before, after = read_json(before_path), read_json(after_path)
+    same_abstracts(before, after)
     removed: List[List[Any]] = []
     added: List[List[Any]] = []
     relinked: List[List[Any]] = []
@@ -87,36 +66,19 @@ def compare(before_path: Path, after_path: Path, name: str, output: Optional[Pat
 
 def sample(changes_path: Path, which: str, n: int, seed: int, output: Path) -> None:
     """``n`` random spans of ``which`` (``removed`` or ``added``) with their concepts and sentences, as a TSV to judge."""
-    spans = _read(changes_path)[which]
+    spans = read_json(changes_path)[which]
     drawn = random.Random(seed).sample(spans, min(n, len(spans)))
-    with output.open("w", encoding="utf8", newline="") as f:
-        f.write(f"# {len(drawn)} of the {len(spans):,} spans {which} in {changes_path.name}, drawn with random.Random({seed}).sample; "
-                "judgement: correct (a mention of the concept it was linked to), wrong, or arguable\n")
-        out = csv.writer(f, delimiter="\t", lineterminator="\n")
-        out.writerow(["n", "abstract", "span", "concept", "concept name", "sentence", "judgement"])
-        for i, s in enumerate(drawn):
-            out.writerow([i, s[0], s[3], s[4], s[5], s[6], ""])
-    print(f"{output}: {len(drawn)} of {len(spans):,} spans")
+    write_sample(output, f"{len(drawn)} of the {len(spans):,} spans {which} in {changes_path.name}, drawn with random.Random({seed}).sample; "
+                 "judgement: correct (a mention of the concept it was linked to), wrong, or arguable",
+                 ["abstract", "span", "concept", "concept name", "sentence"], [[s[0], s[3], s[4], s[5], s[6]] for s in drawn])
 
 
 def main(argv: Sequence[str] = ()) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    snap = sub.add_parser("snapshot")
-    snap.add_argument("output", type=Path)
-    snap.add_argument("--limit", type=int, default=None)
-    comp = sub.add_parser("compare")
-    comp.add_argument("before", type=Path)
-    comp.add_argument("after", type=Path)
-    comp.add_argument("--name", required=True, help="the change's name: results/link_changes_NAME.json")
-    samp = sub.add_parser("sample")
-    samp.add_argument("changes", type=Path, help="a link_changes_NAME.json")
-    samp.add_argument("output", type=Path)
-    samp.add_argument("--which", choices=("removed", "added"), default="removed")
-    samp.add_argument("--n", type=int, default=40)
-    samp.add_argument("--seed", type=int, default=0)
-    sc = sub.add_parser("score")
-    sc.add_argument("judged", type=Path, nargs="+")
+    parser, commands = subcommands(__doc__)
+    commands["compare"].add_argument("--name", required=True, help="the change's name: results/link_changes_NAME.json")
+    commands["sample"].add_argument("changes", type=Path, help="a link_changes_NAME.json")
+    commands["sample"].add_argument("output", type=Path)
+    commands["sample"].add_argument("--which", choices=("removed", "added"), default="removed")
     args = parser.parse_args(list(argv) or None)
     if args.command == "snapshot":
         snapshot(args.output, args.limit)

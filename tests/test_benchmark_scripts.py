@@ -592,7 +592,8 @@ def test_encoder_layers_cuts_a_bert_to_its_first_layers(tiny_bert_path, tmp_path
         encoder_layers.truncated(tiny_bert_path, depth + 1, tmp_path / "deeper")
 
 
-def test_assertion_abstracts_compare_sample_and_score(tmp_path, capsys):
+def test_assertion_abstracts_compare_sample_and_score(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # assertion_abstracts.py imports abstract_spans beside it
     script = _load("assertion_abstracts")
     assert script.sentence_of("No fever. No cough here. Done.", 13, 18) == "No [[cough]] here."
     assert script.sentence_of("A fever here. Done.", 2, 7) == "A [[fever]] here."  # no sentence before it
@@ -621,7 +622,7 @@ def test_assertion_abstracts_compare_sample_and_score(tmp_path, capsys):
 
 
 def test_link_changes_compare_and_sample(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # link_changes.py imports assertion_abstracts beside it
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # link_changes.py imports abstract_spans beside it
     script = _load("link_changes")
 
     def snap(path, spans):
