@@ -63,8 +63,8 @@ class NameIndex:
     for names of three to six words, all but one of them, never the head ("optic nerve" is not
     "optic nerve diseases") nor the first word, most often the quality that makes the name an
     abnormality ("blood pressure" is not "Increased blood pressure", "renal function" not "Abnormal
-    renal function"; ``benchmarks/README.md``, "Partial matches"). Acronyms ("ALL", "CAN") and names in capitals whose words the KB
-    mostly writes in capitals ("INCLUDED") match only capitals in the text; names
+    renal function"; ``benchmarks/README.md``, "Partial matches"). Acronyms ("ALL", "CAN") and names
+    in capitals whose words the KB mostly writes in capitals ("INCLUDED") match only capitals in the text; names
     without a letter ("1") are left out; ``word_share`` says in what share of the names a word
     occurs ("disease": many), so that single generic words can be held back; ``modifiers`` are
     the words that precede another in several names ("hereditary", "hemorrhagic").
