@@ -218,7 +218,7 @@ def link(
     HPO + MiniLM.
     """
     from .documents import read_documents
-    from .shards import PipelineSpec, linkers_of, span_records
+    from .shards import PipelineSpec, freeze_loaded, linkers_of, span_records
 
     if text is None and input is None and not sys.stdin.isatty():
         text = "-"
@@ -243,6 +243,8 @@ def link(
             documents = itertools.chain([first], documents)
         nlp = PipelineSpec(str(pipeline) if pipeline else None, str(kb) if kb else None, encoder, top_k, detector, query_encoder).load()
         linkers = linkers_of(nlp)
+        if documents is not None:
+            freeze_loaded(nlp)
         with (atomic_open(output) if output else contextlib.nullcontext(sys.stdout)) as out:
             if documents is None:
                 for rec in span_records(nlp(text), linkers):  # type: ignore[arg-type]

@@ -188,6 +188,42 @@ def test_link_reads_standard_input(tmp_path, tiny_bert_path):
     assert result.exit_code == 1 and last_line(result) == f"{tmp_path / 'missing.txt'}: no such file"
 
 
+def test_link_of_documents_freezes_the_loaded_pipeline_and_of_one_text_does_not(tmp_path, tiny_bert_path, monkeypatch):
+    """``link --input`` runs one pipeline over many documents until it exits: like ``annotate``'s workers it moves
+    the loaded pipeline out of the garbage collector's way (``shards.freeze_loaded``); one text is not worth it."""
+    from spacy_sapbert import shards
+
+    assert build(tmp_path, tiny_bert_path).exit_code == 0
+    frozen = []
+    monkeypatch.setattr(shards, "freeze_loaded", lambda nlp: frozen.append(nlp.pipe_names))
+    kb = ["--kb", str(tmp_path / "kb")]
+    result = CliRunner().invoke(app, ["link", "The patient had a seizure.", *kb])
+    assert result.exit_code == 0, result.output
+    assert frozen == []
+    result = CliRunner().invoke(app, ["link", "--input", "-", *kb], input="fever\nseizure\n")
+    assert result.exit_code == 0, result.output
+    assert len(frozen) == 1 and "sapbert_linker" in frozen[0]
+    assert [[s["cui"] for s in json.loads(line)["spans"]] for line in result.output.splitlines()] == [["HP:3"], ["HP:1"]]
+
+
+def test_freeze_loaded_runs_the_pipeline_once_and_freezes_what_is_alive():
+    import gc
+
+    import spacy
+
+    from spacy_sapbert.shards import freeze_loaded
+
+    nlp = spacy.blank("en")
+    seen = []  # the texts the pipeline ran on: "" once, which loads every component's data
+    nlp.tokenizer = (lambda make: (lambda text: seen.append(text) or make(text)))(nlp.tokenizer)
+    gc.unfreeze()
+    try:
+        freeze_loaded(nlp)
+        assert seen == [""] and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()  # the test process keeps collecting its own garbage
+
+
 def test_printed_candidates_are_by_score_and_cui_is_the_linkers_choice(tmp_path, tiny_bert_path):
     """A hierarchy can make the linker choose a broader concept that scores a little lower
     (``LinkingKB.prefer_broader``): the printed list is by score, ``cui`` says what was chosen."""
