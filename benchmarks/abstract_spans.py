@@ -9,7 +9,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -82,17 +82,21 @@ def score(judged: Sequence[Path]) -> None:
               f"precision {precision:.3f} (arguable as half), standard error {error:.3f}")
 
 
-def subcommands(description: str) -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentParser]]:
-    """The four commands both scripts have, with their common arguments: ``snapshot OUTPUT [--limit]``,
-    ``compare BEFORE AFTER``, ``sample … [--n] [--seed]`` and ``score JUDGED…``; each script adds its own."""
+def subcommands(description: str, snapshot: Callable[[Path, Optional[int]], None]) -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentParser]]:
+    """The four commands both scripts have, with their common arguments: ``snapshot OUTPUT [--limit]``
+    (runs ``snapshot``), ``compare BEFORE AFTER``, ``sample … [--n] [--seed]`` and ``score JUDGED…`` (runs
+    ``score``). Each script adds its own arguments and sets ``run`` (``set_defaults``) for compare and sample;
+    ``main`` calls ``args.run(args)``."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     commands = {name: sub.add_parser(name) for name in ("snapshot", "compare", "sample", "score")}
     commands["snapshot"].add_argument("output", type=Path)
     commands["snapshot"].add_argument("--limit", type=int, default=None)
+    commands["snapshot"].set_defaults(run=lambda args: snapshot(args.output, args.limit))
     commands["compare"].add_argument("before", type=Path)
     commands["compare"].add_argument("after", type=Path)
     commands["sample"].add_argument("--n", type=int, default=40)
     commands["sample"].add_argument("--seed", type=int, default=0)
     commands["score"].add_argument("judged", type=Path, nargs="+")
+    commands["score"].set_defaults(run=lambda args: score(args.judged))
     return parser, commands

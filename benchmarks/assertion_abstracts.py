@@ -24,7 +24,16 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from abstract_spans import RESULTS, default_spans, read_json, same_abstracts, score, sentence_of, subcommands, write_sample
+from abstract_spans import (
+    RESULTS,
+    default_spans,
+    read_json,
+    same_abstracts,
+    score,  # noqa: F401  (the `score` command; callable as this script's too)
+    sentence_of,
+    subcommands,
+    write_sample,
+)
 
 ATTRS = ("negated", "historical", "hypothetical", "uncertain", "other")
 FIRST_ATTR = 4  # a span in a snapshot: start, end, text, its sentence, then ATTRS
@@ -83,21 +92,17 @@ def sample(snapshot_path: Path, attr: str, n: int, seed: int, output: Path) -> N
 
 
 def main(argv: Sequence[str] = ()) -> None:
-    parser, commands = subcommands(__doc__)
+    parser, commands = subcommands(__doc__, snapshot)
+    command = "python benchmarks/assertion_abstracts.py " + " ".join(argv or sys.argv[1:])
     commands["compare"].add_argument("--output", type=Path, default=None)
     commands["compare"].add_argument("--show", type=int, default=1000, help="changed spans printed")
+    commands["compare"].set_defaults(run=lambda args: compare(args.before, args.after, args.output, args.show, command))
     commands["sample"].add_argument("snapshot", type=Path)
     commands["sample"].add_argument("output", type=Path)
     commands["sample"].add_argument("--attr", choices=ATTRS, default="negated")
+    commands["sample"].set_defaults(run=lambda args: sample(args.snapshot, args.attr, args.n, args.seed, args.output))
     args = parser.parse_args(list(argv) or None)
-    if args.command == "snapshot":
-        snapshot(args.output, args.limit)
-    elif args.command == "compare":
-        compare(args.before, args.after, args.output, args.show, "python benchmarks/assertion_abstracts.py " + " ".join(argv or sys.argv[1:]))
-    elif args.command == "sample":
-        sample(args.snapshot, args.attr, args.n, args.seed, args.output)
-    else:
-        score(args.judged)
+    args.run(args)
 
 
 if __name__ == "__main__":

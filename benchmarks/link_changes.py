@@ -23,7 +23,16 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from abstract_spans import RESULTS, default_spans, read_json, same_abstracts, score, sentence_of, subcommands, write_sample
+from abstract_spans import (
+    RESULTS,
+    default_spans,
+    read_json,
+    same_abstracts,
+    score,  # noqa: F401  (the `score` command; callable as this script's too)
+    sentence_of,
+    subcommands,
+    write_sample,
+)
 
 
 def snapshot(output: Path, limit: Optional[int]) -> None:
@@ -74,20 +83,16 @@ def sample(changes_path: Path, which: str, n: int, seed: int, output: Path) -> N
 
 
 def main(argv: Sequence[str] = ()) -> None:
-    parser, commands = subcommands(__doc__)
+    parser, commands = subcommands(__doc__, snapshot)
+    command = "python benchmarks/link_changes.py " + " ".join(argv or sys.argv[1:])
     commands["compare"].add_argument("--name", required=True, help="the change's name: results/link_changes_NAME.json")
+    commands["compare"].set_defaults(run=lambda args: compare(args.before, args.after, args.name, command=command))
     commands["sample"].add_argument("changes", type=Path, help="a link_changes_NAME.json")
     commands["sample"].add_argument("output", type=Path)
     commands["sample"].add_argument("--which", choices=("removed", "added"), default="removed")
+    commands["sample"].set_defaults(run=lambda args: sample(args.changes, args.which, args.n, args.seed, args.output))
     args = parser.parse_args(list(argv) or None)
-    if args.command == "snapshot":
-        snapshot(args.output, args.limit)
-    elif args.command == "compare":
-        compare(args.before, args.after, args.name, command="python benchmarks/link_changes.py " + " ".join(argv or sys.argv[1:]))
-    elif args.command == "sample":
-        sample(args.changes, args.which, args.n, args.seed, args.output)
-    else:
-        score(args.judged)
+    args.run(args)
 
 
 if __name__ == "__main__":
