@@ -14,6 +14,9 @@ Measures, with the default encoder (offline MiniLM, default precision) and the M
 * ``query_encoder_linker``: the same two rates with the linker's opt-in ``query_encoder="minilm-l3"``
   (``precision`` also holds its encoding rate and raw NCBI-disease test Acc@1 against the same KB);
 * ``distinct_mentions_per_s``: ``nlp.pipe`` over distinct mention strings (no cache help);
+* ``search_paths``: both rates with the index's own search path (``int8`` on an AVX2-only CPU, ``bf16``
+  on AMX or AMD's AVX512-BF16, else ``fp32``: ``FlatIndex.search_path``) and with fp32 search forced,
+  run in turn (``search_path_rates``);
 * the untuned path side by side (fp32, padding to max_length, no cache);
 * ``peak_rss_mb``;
 * without ``--quick``: ``umls_scale`` (names, load_s, rss_mb, recall_at_5, per index kind).
@@ -133,6 +136,29 @@ def pipe_rate(nlp: spacy.Language, docs: List[Doc], repeats: int, batch_size: in
     """Linked spans per second of ``linking_run`` (median of ``repeats``)."""
     n = sum(len(nlp.get_pipe("sapbert_linker").spans_to_link(d)) for d in docs)
     return n / median_time(linking_run(nlp, docs, batch_size), repeats)
+
+
+def search_path_rates(nlp: spacy.Language, docs: List[Doc], strings: List[Doc], repeats: int) -> Dict[str, object]:
+    """Both linking rates with the KB index's own search path (``FlatIndex.search_path``) and with fp32
+    search forced, the two run in turn ``repeats + 1`` times (the first pair, which makes any copy the
+    path uses, not counted): what the path the index chose gains, in one run, on the same machine state."""
+    linker = nlp.get_pipe("sapbert_linker")
+    index = linker.linking_kb.index
+    path = index.search_path(20) if hasattr(index, "search_path") else None
+    counts = {"gold": sum(len(linker.spans_to_link(d)) for d in docs), "distinct": sum(len(linker.spans_to_link(d)) for d in strings)}
+    seconds: Dict[Tuple[str, str], List[float]] = {}
+    try:
+        for _ in range(repeats + 1):
+            for forced in (False, True):
+                if forced:
+                    index.search_path = lambda k: "fp32"  # (shadows the method on this one index)
+                for name, batch in (("gold", docs), ("distinct", strings)):
+                    seconds.setdefault((name, "fp32" if forced else "own"), []).append(median_time(linking_run(nlp, batch), 1))
+                index.__dict__.pop("search_path", None)
+    finally:
+        index.__dict__.pop("search_path", None)
+    rates = {f"{key}_{name}_per_s": round(counts[name] / statistics.median(times[1:]), 1) for (name, key), times in seconds.items()}
+    return {"path": path, **rates}
 
 
 def scispacy_rates(python: Path, lkb: LinkingKB, docs: List[Doc], strings: List[Doc], threads: int, repeats: int, cache: Path) -> Dict[str, object]:
@@ -350,7 +376,8 @@ def main(
     encoder = SapEncoder.load(None, device="cpu")
     kb_path = medic_kb_path(encoder, cache)
     lkb = LinkingKB.from_disk(kb_path)
-    results["kb"] = {"name": "MEDIC 06-Jul-2012", **lkb.kb.stats(), "index": lkb.index.meta["kind"]}
+    results["kb"] = {"name": "MEDIC 06-Jul-2012", **lkb.kb.stats(), "index": lkb.index.meta["kind"],
+                     "search_path": lkb.index.search_path(5) if hasattr(lkb.index, "search_path") else None}  # the linker's top_k
 
     # dictionary encoding speed and query-side accuracy per precision
     names = lkb.kb.names[:: max(1, lkb.kb.n_names // n_names)][:n_names]
@@ -408,6 +435,8 @@ def main(
         int8_nlp.get_pipe("sapbert_linker").link_strings(["warm-up: calibrates the int8 copy"])
         results["int8_linker"] = {"mentions_per_s": round(pipe_rate(int8_nlp, docs, repeats), 1),
                                   "distinct_mentions_per_s": round(pipe_rate(int8_nlp, distinct_docs, repeats), 1)}
+    results["search_paths"] = search_path_rates(nlp, docs, distinct_docs, repeats)
+    typer.echo(f"search paths: {results['search_paths']}", err=True)
     # the opt-in query encoder (never a default: it moves some scores), the KB keeping the encoder's vectors
     query_nlp = linker_pipeline(lkb, encoder, query_encoder=QUERY_ENCODER)
     measure_encoding(f"query_encoder {QUERY_ENCODER}", query_nlp.get_pipe("sapbert_linker").query_encoder.encode)

@@ -516,6 +516,16 @@ def test_speed_times_nlp_pipe_of_a_pipeline_holding_the_linker(kb_folder, tiny_e
     docs = umls_scale.mention_docs(nlp, ["asthma", "fever", "asthma attack"])
     assert speed.pipe_rate(nlp, docs, repeats=1) > 0
     assert [d.ents[0]._.cui for d in docs[:2]] == ["C1", "C2"]
+    # the index's own path and fp32 in turn: an index that would search in int8 (a spy here) is also timed in fp32
+    index, paths = type(lkb.index), []
+    fp32 = index.fp32_search
+    monkeypatch.setattr(index, "search_path", lambda self, k: "int8")
+    monkeypatch.setattr(index, "int8_search", lambda self, q, k: paths.append("int8") or fp32(self, q, k))
+    monkeypatch.setattr(index, "fp32_search", lambda self, q, k: paths.append("fp32") or fp32(self, q, k))
+    rates = speed.search_path_rates(nlp, docs[:2], docs, repeats=1)
+    assert rates["path"] == "int8" and sorted(rates) == ["fp32_distinct_per_s", "fp32_gold_per_s", "own_distinct_per_s", "own_gold_per_s", "path"]
+    assert paths == ["int8", "fp32"] * 2  # 2 runs of each; the KB names in docs[:2] need no search
+    assert "search_path" not in vars(lkb.index)  # the index's own method again afterwards
 
 
 def test_dev_before_after_runs_each_evaluation_in_each_checkout_and_keeps_its_figures(tmp_path, monkeypatch):

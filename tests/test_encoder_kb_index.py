@@ -741,6 +741,30 @@ def small_shortlists(monkeypatch):
     monkeypatch.setattr(encoder_module, "fast_bf16", lambda device: True)
 
 
+@pytest.fixture(params=["bf16", "int8"])
+def low_precision_path(request, monkeypatch):
+    """Each first pass of exact search on a test-sized index: the bf16 shortlist (small chunks, taken
+    on any CPU) and the int8 copy (on a CPU where bf16 is slow; skipped where int8 products are not exact)."""
+    from spacy_sapbert.index_kinds import flat
+    from spacy_sapbert.index_kinds.int8_copy import int8_products_exact
+
+    monkeypatch.setattr(flat, "SHORTLIST_MIN_NAMES", 1000)
+    monkeypatch.setattr(flat, "SHORTLIST_CHUNK", 64)
+    if request.param == "int8" and not int8_products_exact():
+        pytest.skip("torch._int_mm is missing or not exact on this CPU: the int8 path is never taken here")
+    monkeypatch.setattr(flat, "INT8_MIN_NAMES", 1000)
+    monkeypatch.setattr(encoder_module, "fast_bf16", lambda device: request.param == "bf16")
+    return request.param
+
+
+def assert_exact_top(scores: np.ndarray, rows: np.ndarray, queries: np.ndarray, data: np.ndarray) -> None:
+    """``scores`` and ``rows`` are the exact top k: float64 sums rounded to float32, best first, ties by row."""
+    exact = (queries.astype(np.float64) @ data.astype(np.float64).T).astype(np.float32)
+    expected = np.lexsort((np.broadcast_to(np.arange(len(data)), exact.shape), -exact), axis=1)[:, : rows.shape[1]]
+    np.testing.assert_array_equal(rows, expected)
+    np.testing.assert_array_equal(scores, np.take_along_axis(exact, expected, 1))
+
+
 def _clustered_with_ties(n: int = 6000, dim: int = 48) -> tuple:
     data = _unit_vectors(n, dim, seed=3, clusters=40)
     data[100:160] = data[100] + 1e-3 * _unit_vectors(60, dim, seed=4)  # near-duplicate names
@@ -760,10 +784,7 @@ def test_shortlist_search_returns_the_exact_top_k_and_refuses_a_damaged_copy(sma
     monkeypatch.setattr(FlatIndex, "shortlist_search", lambda self, q, k, f=FlatIndex.shortlist_search: used.append(k) or f(self, q, k))
     scores, rows = index.search(queries, 20)
     assert used == [20]
-    exact = (queries.astype(np.float64) @ data.astype(np.float64).T).astype(np.float32)
-    expected = np.lexsort((np.broadcast_to(np.arange(len(data)), exact.shape), -exact), axis=1)[:, :20]
-    np.testing.assert_array_equal(rows, expected)  # the same names, best first, ties by row
-    np.testing.assert_array_equal(scores, np.take_along_axis(exact, expected, 1))
+    assert_exact_top(scores, rows, queries, data)
     assert list(rows[1, :10]) == list(range(200, 210))
 
     index.to_disk(tmp_path / "idx")
@@ -777,27 +798,24 @@ def test_shortlist_search_returns_the_exact_top_k_and_refuses_a_damaged_copy(sma
         VectorIndex.from_disk(tmp_path / "idx")
 
 
-def test_shortlist_search_is_exact_where_every_score_is_negative(small_shortlists):
-    """The chunk maxima are read as int16 bit patterns, which orders negative bf16 scores backwards:
-    a query whose best names all score below zero must still get the exact top k."""
-    data = np.abs(_unit_vectors(3000, 48, seed=6, clusters=30))  # every name in the positive cone
+def test_shortlist_search_is_exact_where_every_score_is_negative(low_precision_path):
+    """The bf16 chunk maxima are read as int16 bit patterns, which orders negative bf16 scores backwards:
+    a query whose best names all score below zero must still get the exact top k, from either first pass."""
+    data = np.abs(_unit_vectors(6000, 48, seed=6, clusters=30))  # every name in the positive cone
     data /= np.linalg.norm(data, axis=1, keepdims=True)
     queries = -np.abs(_unit_vectors(40, 48, seed=7))  # every score below zero
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     index = VectorIndex.build(data, kind="flat")
-    assert index.meta["shortlist"] == "bf16"
+    assert index.meta["shortlist"] == "bf16" and index.search_path(20) == low_precision_path
     scores, rows = index.search(queries, 20)
-    exact = (queries.astype(np.float64) @ data.astype(np.float64).T).astype(np.float32)
-    assert exact.max() < 0
-    expected = np.lexsort((np.broadcast_to(np.arange(len(data)), exact.shape), -exact), axis=1)[:, :20]
-    np.testing.assert_array_equal(rows, expected)
-    np.testing.assert_array_equal(scores, np.take_along_axis(exact, expected, 1))
+    assert float((queries @ data.T).max()) < 0
+    assert_exact_top(scores, rows, queries, data)
 
 
 @pytest.mark.parametrize("max_names,shared", [(0, 4.0), (200, 4.0), (200, 1e4)])
-def test_a_query_whose_bf16_shortlist_is_crowded_is_shortlisted_from_fp32_scores(small_shortlists, monkeypatch, max_names, shared):
-    """Names whose scores lie closer together than bf16 tells apart (a large component they all share)
-    fill a query's bf16 shortlist; beyond ``SHORTLIST_MAX_NAMES`` the query is shortlisted from fp32
+def test_a_query_whose_shortlist_is_crowded_is_shortlisted_from_fp32_scores(low_precision_path, monkeypatch, max_names, shared):
+    """Names whose scores lie closer together than bf16 or int8 tells apart (a large component they all
+    share) fill a query's shortlist; beyond ``SHORTLIST_MAX_NAMES`` the query is shortlisted from fp32
     scores instead, and where fp32 cannot tell them apart either (``shared`` 1e4: every cosine above
     0.99999), from every name's float64 score: the same exact top k (ties by row) whichever applies."""
     from spacy_sapbert.index_kinds import flat
@@ -809,12 +827,10 @@ def test_a_query_whose_bf16_shortlist_is_crowded_is_shortlisted_from_fp32_scores
         queries = data[:200] + 1e-6 * _unit_vectors(200, data.shape[1], seed=8)
         queries[1] = data[200]
     index = VectorIndex.build(data, kind="flat", neighbours=False)
-    monkeypatch.setattr(flat, "SHORTLIST_MAX_NAMES", max_names)  # 0: every query; 200: 16 of the 200 here
+    assert index.search_path(20) == low_precision_path
+    monkeypatch.setattr(flat, "SHORTLIST_MAX_NAMES", max_names)  # 0: every query; 200: some of the 200 here
     scores, rows = index.search(queries, 20)
-    exact = (queries.astype(np.float64) @ data.astype(np.float64).T).astype(np.float32)
-    expected = np.lexsort((np.broadcast_to(np.arange(len(data)), exact.shape), -exact), axis=1)[:, :20]
-    np.testing.assert_array_equal(rows, expected)
-    np.testing.assert_array_equal(scores, np.take_along_axis(exact, expected, 1))
+    assert_exact_top(scores, rows, queries, data)
     assert shared > 100 or list(rows[1, :10]) == list(range(200, 210))  # (degenerate names: float32 ties everywhere)
 
 
@@ -856,12 +872,110 @@ def test_an_amd_cpu_searches_a_mid_sized_index_through_a_shortlist_made_in_memor
     monkeypatch.setattr(machine, "cpu_vendor", lambda: "AuthenticAMD")
     scores, rows = index.search(queries, 20)
     assert used == [20] and index._max_norm == pytest.approx(float(np.linalg.norm(data, axis=1).max()), rel=1e-6)
-    exact = (queries.astype(np.float64) @ data.astype(np.float64).T).astype(np.float32)
-    expected = np.lexsort((np.broadcast_to(np.arange(len(data)), exact.shape), -exact), axis=1)[:, :20]
-    np.testing.assert_array_equal(rows, expected)
-    np.testing.assert_array_equal(scores, np.take_along_axis(exact, expected, 1))
+    assert_exact_top(scores, rows, queries, data)
     index.to_disk(tmp_path / "idx")
     assert not (tmp_path / "idx" / flat.SHORTLIST_FILE).exists()
     used.clear()
     VectorIndex.build(data[:3999], kind="flat").search(queries, 20)
     assert used == []  # below the floor: fp32
+
+
+@pytest.mark.parametrize("low_precision_path", ["int8"], indirect=True)
+def test_int8_search_returns_the_exact_top_k_whatever_the_batch(low_precision_path, monkeypatch):
+    """The int8 first pass keeps every name that could be in the top k: the exact top k (ties by row)
+    for vectors with one large coordinate (as MiniLM's have) and of any norm, a query scored as it is alone."""
+    data, queries = _clustered_with_ties(n=6001)  # a last, shorter chunk
+    data[:, 3] += 2.0 * (np.arange(len(data)) % 3 == 0)  # a large coordinate in a third of the names
+    data *= np.linspace(0.5, 2.0, len(data), dtype=np.float32)[:, None]
+    queries[5:] *= 3.0
+    index = VectorIndex.build(data, kind="flat", neighbours=False)
+    used = []
+    monkeypatch.setattr(FlatIndex, "int8_search", lambda self, q, k, f=FlatIndex.int8_search: used.append(k) or f(self, q, k))
+    scores, rows = index.search(queries, 20)
+    assert used == [20]
+    assert_exact_top(scores, rows, queries, data)
+    for size in (1, 7, 50):
+        for start in range(0, 100, size):
+            part = index.search(queries[start : start + size], 20)
+            assert (part[0] == scores[start : start + size]).all() and (part[1] == rows[start : start + size]).all()
+
+
+@pytest.mark.parametrize("dim,useful", [(40, None), (384, 0.05)])
+def test_the_int8_error_bound_holds_for_every_name_and_query(dim, useful):
+    """|true score - int8 score| stays within the bound ``Int8Copy.quantize`` gives, for every pair,
+    whatever the norms and with one large coordinate; for unit vectors of MiniLM's size the bound is
+    small enough to be of use (MEDIC's: 0.036 a unit query)."""
+    from spacy_sapbert.index_kinds.int8_copy import QUERY_LEVELS, Int8Copy
+
+    data = _unit_vectors(2000, dim, seed=11, clusters=20)
+    queries = _unit_vectors(60, dim, seed=12)
+    if useful is None:
+        data[:, 0] += 1.5
+        data *= np.linspace(0.2, 3.0, len(data), dtype=np.float32)[:, None]
+        queries *= 2.0
+    data, queries = torch.from_numpy(data), torch.from_numpy(queries)
+    copy = Int8Copy(data)
+    codes, units, bounds = copy.quantize(queries)
+    assert np.allclose(units, (queries.double() @ copy.rotation).abs().amax(1).numpy() / QUERY_LEVELS * copy.scale)
+    off = (queries.double() @ data.double().T).numpy() - units[:, None] * (codes.double() @ copy.codes.double().T).numpy()
+    assert (np.abs(off) <= bounds[:, None]).all()
+    if useful is not None:
+        assert bounds.max() < useful
+
+
+def test_the_search_path_follows_the_cpu_and_the_index_size(monkeypatch):
+    from spacy_sapbert import machine
+    from spacy_sapbert.index_kinds import flat, int8_copy
+
+    monkeypatch.setattr(flat, "INT8_MIN_NAMES", 4000)
+    monkeypatch.setattr(flat, "SHORTLIST_MEMORY_MIN_NAMES", 4000)
+    monkeypatch.setattr(flat, "int8_products_exact", lambda: True)
+    monkeypatch.setattr(machine, "cpu_vendor", lambda: "AuthenticAMD")
+    data = _unit_vectors(6000, 16, seed=9)
+    index, small = VectorIndex.build(data, kind="flat"), VectorIndex.build(data[:3999], kind="flat")
+    monkeypatch.setattr(encoder_module, "fast_bf16", lambda device: True)
+    assert (index.search_path(5), small.search_path(5)) == ("bf16", "fp32")
+    monkeypatch.setattr(machine, "cpu_vendor", lambda: "GenuineIntel")
+    assert index.search_path(5) == "fp32"  # a bf16 copy made in memory only paid on AMD
+    monkeypatch.setattr(encoder_module, "fast_bf16", lambda device: False)
+    assert (index.search_path(5), small.search_path(5), index.search_path(40)) == ("int8", "fp32", "fp32")  # k: 4k chunks needed
+    assert index.describe().endswith("; searched here in int8")  # (``info`` prints it)
+    monkeypatch.setattr(flat, "int8_products_exact", lambda: False)
+    assert index.search_path(5) == "fp32"
+    monkeypatch.setattr(flat, "int8_products_exact", lambda: True)
+    index.device = "cuda:0"
+    assert index.search_path(5) == "fp32"
+    # int8 products that overflow an int16 intermediate (as AVX2's kernels would at a wider range) are refused
+    int8_copy.int8_products_exact.cache_clear()
+    monkeypatch.setattr(int8_copy.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(torch, "_int_mm", lambda a, b: (a.long() @ b.long()).clamp(-(2**15), 2**15 - 1).int())
+    try:
+        assert int8_copy.int8_products_exact() is False
+        int8_copy.int8_products_exact.cache_clear()
+        monkeypatch.setattr(torch, "_int_mm", lambda a, b: (a.long() @ b.long()).int())
+        assert int8_copy.int8_products_exact() is True
+        int8_copy.int8_products_exact.cache_clear()
+        monkeypatch.setattr(int8_copy.platform, "machine", lambda: "aarch64")
+        assert int8_copy.int8_products_exact() is False  # measured faster on x86-64 only
+    finally:
+        int8_copy.int8_products_exact.cache_clear()
+
+
+def test_copies_made_in_memory_are_made_again_when_names_are_added(low_precision_path, monkeypatch):
+    """The bf16 copy an AMD CPU makes in memory and the int8 copy are made from the vectors at the first
+    search: a name added afterwards is found (before, an in-memory bf16 copy kept the old rows)."""
+    from spacy_sapbert import machine
+    from spacy_sapbert.index_kinds import flat
+
+    monkeypatch.setattr(flat, "SHORTLIST_MIN_NAMES", 100_000)
+    monkeypatch.setattr(flat, "SHORTLIST_MEMORY_MIN_NAMES", 1000)
+    monkeypatch.setattr(machine, "cpu_vendor", lambda: "AuthenticAMD")
+    data, queries = _clustered_with_ties()
+    index = VectorIndex.build(data, kind="flat", neighbours=False)
+    assert index.search_path(5) == low_precision_path and "shortlist" not in index.meta
+    index.search(queries, 5)
+    added = _unit_vectors(100, data.shape[1], seed=10)
+    index.add_vectors(added)
+    scores, rows = index.search(added[:20], 5)
+    assert list(rows[:, 0]) == list(range(len(data), len(data) + 20))
+    assert_exact_top(scores, rows, added[:20], np.concatenate([data, added]))

@@ -14,8 +14,10 @@ import numpy as np
 
 from ..fileio import atomic_path
 from ..registries import index_kinds
-from .base import INDEX_META
+from .base import INDEX_META, NEIGHBOURS_K
 from .faiss_base import FaissIndex
+from .int8_copy import CHUNK as INT8_CHUNK
+from .int8_copy import Int8Copy, int8_products_exact
 
 # A flat index of at least this many names keeps a bf16 copy of its vectors (``SHORTLIST_FILE``):
 # where bf16 is the faster choice (``fast_bf16``: AMX), exact search scores every name in bf16 first and
@@ -28,6 +30,12 @@ SHORTLIST_MIN_NAMES = 200_000  # below it the fp32 pass is as fast (MEDIC, 72k n
 # fp32 → shortlist on 1 / 2 threads: MEDIC's 74,978 names 0.647 → 0.335 / 0.336 → 0.208, the HPO KB's
 # 39,474 0.363 → 0.239 / 0.187 → 0.16; the HPO KB's first 30,000 names, ad hoc, were slower on 2 threads).
 SHORTLIST_MEMORY_MIN_NAMES = 35_000
+# Where bf16 is slow, a flat index of at least this many names searches through an int8 copy made in
+# memory (``int8_copy``, ``FlatIndex.int8_search``). As AVX2, top 20, the 2,594 distinct BC5CDR dev mention
+# strings 8 at a time / all at once, fp32 → int8 (``benchmarks/results/flat_search_avx2.json``): MEDIC's
+# 74,978 names 1.22x / 1.48x faster on 1 thread, 1.95x / 1.44x on 2; the HPO KB's 39,474 only 1.13x /
+# 1.07x on 1 thread, and the HPO default over the 2,292 abstracts was no faster with it (ad hoc).
+INT8_MIN_NAMES = 60_000
 SHORTLIST_FILE = "shortlist.bf16.npy"  # uint16 bit patterns of bf16, padded with zero rows to whole chunks
 SHORTLIST_CHUNK = 1024  # names per chunk: the search keeps the chunks whose best bf16 score could matter
 TOP_K_CHUNK = 64  # columns per chunk for ``_top_k``: the k chunks with the best maxima hold a row's k best scores
@@ -59,7 +67,7 @@ class FlatIndex(FaissIndex):
     # million names, where its vectors still fit in ~1.5 GB (beyond: ``ivf-pq``).
     auto_names: ClassVar[Optional[Tuple[int, Optional[int]]]] = (0, 1_000_000)
     auto_reason = "exact search, while its float32 vectors fit in memory (~1.5 GB a million names)"
-    transient: ClassVar[Tuple[str, ...]] = ("_gpu_index", "_device_base", "_shortlist", "_scores", "_max_norm")
+    transient: ClassVar[Tuple[str, ...]] = ("_gpu_index", "_device_base", "_shortlist", "_scores", "_max_norm", "_int8")
 
     def __init__(self, index, meta: Dict[str, object]):
         super().__init__(index, meta)
@@ -67,6 +75,7 @@ class FlatIndex(FaissIndex):
         self._shortlist = None  # the bf16 copy (torch, padded to whole chunks): mapped or made once
         self._scores = None  # the score buffer, kept for the next search (``_scores_out``)
         self._max_norm: Optional[float] = None  # the largest vector norm, for a bf16 copy made in memory without meta
+        self._int8: Optional[Int8Copy] = None  # the int8 copy (``int8_search``), made in memory once
 
     @classmethod
     def create(cls, kind: str, chunks: Sequence[np.ndarray], dim: int, n: int, seed: int = 0,
@@ -79,7 +88,7 @@ class FlatIndex(FaissIndex):
     def add_vectors(self, vectors: np.ndarray) -> None:
         if self.meta.get("shortlist"):
             self.meta["max_norm"] = max(float(self.meta["max_norm"]), largest_norm(vectors))  # type: ignore[arg-type]
-            self._shortlist = None
+        self._shortlist = self._max_norm = self._int8 = None  # copies made from the vectors before
         super().add_vectors(vectors)
 
     def use_device(self, device: str) -> None:
@@ -147,26 +156,40 @@ class FlatIndex(FaissIndex):
             self._max_norm = largest_norm(self._flat_vectors().numpy())
         return self._max_norm
 
-    def search_vectors(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
-        """Exact search as a torch matmul + top-k over the index's own (possibly mapped) vectors.
+    def describe(self) -> str:
+        """``VectorIndex.describe``, and how a search of the linker's name depth runs here (``search_path``)."""
+        return f"{super().describe()}; searched here in {self.search_path(NEIGHBOURS_K)}"
 
-        Same results as FAISS' flat search and much faster here (``benchmarks/flat_search.py``).
-        An index with a bf16 shortlist searches through it where bf16 is the faster choice
-        (``fast_bf16``: AMX, or AMD's AVX512-BF16; ``shortlist_search``), and on such an AMD CPU so
-        does one of ``SHORTLIST_MEMORY_MIN_NAMES`` or more without a stored copy (made in memory).
-        """
+    def search_vectors(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Exact search as a torch matmul + top-k over the index's own (possibly mapped) vectors,
+        through the path ``search_path`` chooses: the same top k whichever it is."""
+        path = self.search_path(k)
+        if path == "bf16":
+            return self.shortlist_search(queries, k)
+        if path == "int8":
+            return self.int8_search(queries, k)
+        return self.fp32_search(queries, k)
+
+    def search_path(self, k: int) -> str:
+        """How ``search_vectors`` finds the top ``k`` here: ``"fp32"`` (every name scored in fp32,
+        the same results as FAISS' flat search and much faster, ``benchmarks/flat_search.py``; always
+        on a GPU), ``"bf16"`` (``shortlist_search``) where bf16 is the faster choice (``fast_bf16``:
+        AMX, or AMD's AVX512-BF16) and the index has a stored bf16 copy, or on such an AMD CPU has
+        ``SHORTLIST_MEMORY_MIN_NAMES`` or more names (a copy made in memory), or ``"int8"``
+        (``int8_search``) where bf16 is slow (AVX2 alone, AVX-512 without AMX), the index has
+        ``INT8_MIN_NAMES`` or more names and int8 products are exact (``int8_products_exact``)."""
         import torch
 
         from ..encoder import fast_bf16
         from ..machine import cpu_vendor
 
         n = len(self)
-        on_cpu = self.device == "cpu"
-        shortlist = k <= _whole_chunks(n) // SHORTLIST_CHUNK and (
-            self.meta.get("shortlist") == "bf16" or (n >= SHORTLIST_MEMORY_MIN_NAMES and cpu_vendor() == "AuthenticAMD"))
-        if on_cpu and shortlist and fast_bf16(torch.device("cpu")):
-            return self.shortlist_search(queries, k)
-        return self.fp32_search(queries, k)
+        if self.device != "cpu":
+            return "fp32"
+        if fast_bf16(torch.device("cpu")):
+            stored_or_amd = self.meta.get("shortlist") == "bf16" or (n >= SHORTLIST_MEMORY_MIN_NAMES and cpu_vendor() == "AuthenticAMD")
+            return "bf16" if stored_or_amd and k <= _whole_chunks(n) // SHORTLIST_CHUNK else "fp32"
+        return "int8" if n >= INT8_MIN_NAMES and 4 * k * INT8_CHUNK <= n and int8_products_exact() else "fp32"
 
     def fp32_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """Exact search in fp32: every name scored (on the GPU where ``use_device`` put the vectors). One of
@@ -215,7 +238,7 @@ class FlatIndex(FaissIndex):
         from ..encoder import fixed_passes
 
         n = len(self)
-        base, short = self._flat_vectors(), self._shortlist_matrix()
+        short = self._shortlist_matrix()
         n_chunks = short.shape[0] // SHORTLIST_CHUNK
         block = self.pass_queries or max(1, int(1e8 // short.shape[0]))  # about 200 MB of bf16 scores at a time
         scores, rows = [], []
@@ -249,37 +272,93 @@ class FlatIndex(FaissIndex):
                         continue
                     row.append(chunks[chunk] * SHORTLIST_CHUNK + pos)
                     query.append(torch.full((len(pos),), i))
-                scored: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (query, row, exact score) known already
-                if crowded:  # shortlisted from fp32 scores of every name: the fp32 error is a thousandth of bf16's
-                    crowded_rows = torch.tensor(crowded)
-                    crowded_q = q[crowded_rows]
-                    sims32 = crowded_q @ base.T
-                    error = 2 * FP32_UNIT_ERROR * self.dim * self._largest_norm() * crowded_q.norm(dim=1, keepdim=True)
-                    near = sims32 >= torch.topk(sims32, k, dim=1).values[:, -1:] - error
-                    dense = near.sum(1) > SHORTLIST_MAX_NAMES  # fp32 cannot tell them apart either: every name summed in float64
-                    at, pos = torch.nonzero(near & ~dense[:, None], as_tuple=True)
-                    row.append(pos)
-                    query.append(crowded_rows[at])
-                    if bool(dense.any()):
-                        which = crowded_rows[dense]
-                        wanted = q[which].double()  # every name's score summed in float64, a block of names at a time
-                        every = torch.cat([(wanted @ part.double().T).float() for part in base.split(65536)], 1)
-                        at, pos = torch.nonzero(every >= torch.topk(every, k, dim=1).values[:, -1:], as_tuple=True)
-                        scored.append((which[at].numpy(), pos.numpy(), every[at, pos].numpy()))
-                query, row = torch.cat(query), torch.cat(row)
-                exact = _exact_scores(base, q, query, row)
-                query, row = query.numpy(), row.numpy()
-                if scored:
-                    known_query, known_row, known_exact = (np.concatenate(parts) for parts in zip(*scored))
-                    query, row = np.concatenate([query, known_query]), np.concatenate([row, known_row])
-                    exact = np.concatenate([exact, known_exact])
-                order = np.lexsort((row, -exact, query))  # by query, best first, ties by row
-                rank = np.arange(len(order)) - np.searchsorted(query[order], query[order])
-                top = order[rank < k]
-                scores.append(exact[top].reshape(m, k))
-                rows.append(row[top].reshape(m, k))
+                shortlisted = (torch.cat(query).numpy(), torch.cat(row).numpy()) if query else (np.empty(0, np.int64),) * 2
+                best_scores, best_rows = self._exact_top_k(q, *shortlisted, crowded, k)
+                scores.append(best_scores)
+                rows.append(best_rows)
         self._scores = buffer
         return np.concatenate(scores), np.concatenate(rows).astype(np.int64)
+
+    def int8_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Exact top ``k`` from an int8 pass over every name and exact scores of a few (``int8_copy``):
+        each query's k best names by int8 score are scored exactly, and then every name whose int8
+        score is within the query's bound of the k-th best of those, as ``shortlist_search`` scores its
+        shortlist; the best ``k`` are kept, ties by row. A query with more than ``SHORTLIST_MAX_NAMES``
+        such names is shortlisted from its fp32 scores instead. The int8 copy is made in memory at the
+        first search."""
+        import torch
+
+        from ..encoder import fixed_passes
+
+        n = len(self)
+        base = self._flat_vectors()
+        if self._int8 is None:
+            self._int8 = Int8Copy(base)
+        block = self.pass_queries or max(1, int(5e7 // n))  # about 200 MB of int32 scores at a time
+        scores, rows = [], []
+        buffer, self._scores = self._scores, None  # taken while in use: a concurrent search makes its own
+        with torch.inference_mode():
+            for q in _query_blocks(queries, block):
+                m = len(q)
+                codes, units, bounds = self._int8.quantize(q)
+                codes = fixed_passes({"q": codes}, self.pass_queries)["q"]
+                buffer, ints = _scores_out(buffer, len(codes), n, torch.int32)
+                ints = torch._int_mm(codes, self._int8.codes.T, out=ints)[:m]
+                maxima = self._int8.maxima(ints, n)
+                first_query, first_row = np.repeat(np.arange(m), k), self._int8.best(ints, maxima, k, n).ravel()
+                first = _exact_scores(base, q, torch.from_numpy(first_query), torch.from_numpy(first_row))
+                floors = np.floor((first.reshape(m, k).min(1) - bounds) / units).astype(np.int64) - 1
+                query, row = self._int8.at_least(ints, maxima, floors, n)
+                counts = np.bincount(query, minlength=m)
+                crowded = np.flatnonzero(counts > SHORTLIST_MAX_NAMES)
+                fresh = ~np.isin(query, crowded)
+                known = ~np.isin(first_query, crowded)
+                fresh &= ~_pairs_in(query, row, first_query[known], first_row[known], n)
+                best_scores, best_rows = self._exact_top_k(q, query[fresh], row[fresh], crowded.tolist(), k,
+                                                           known=(first_query[known], first_row[known], first[known]))
+                scores.append(best_scores)
+                rows.append(best_rows)
+        self._scores = buffer
+        return np.concatenate(scores), np.concatenate(rows).astype(np.int64)
+
+    def _exact_top_k(self, q, query: np.ndarray, row: np.ndarray, crowded: List[int], k: int,
+                     known: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> Tuple[np.ndarray, np.ndarray]:
+        """The best ``k`` names of each query of ``q`` (m, d), ties by row, from the exact scores of its
+        shortlisted (query, row) pairs, and of the ``known`` (query, row, exact score) ones; each
+        ``crowded`` query (none of its pairs given) is shortlisted from its fp32 scores of every name,
+        whose error is a thousandth of bf16's, and where fp32 cannot tell the names apart either, every
+        name's score is summed in float64."""
+        import torch
+
+        base = self._flat_vectors()
+        query, row = [query], [row]
+        scored: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = [known] if known is not None else []  # (query, row, exact score)
+        if crowded:
+            crowded_rows = torch.tensor(crowded)
+            crowded_q = q[crowded_rows]
+            sims32 = crowded_q @ base.T
+            error = 2 * FP32_UNIT_ERROR * self.dim * self._largest_norm() * crowded_q.norm(dim=1, keepdim=True)
+            near = sims32 >= torch.topk(sims32, k, dim=1).values[:, -1:] - error
+            dense = near.sum(1) > SHORTLIST_MAX_NAMES  # fp32 cannot tell them apart either: every name summed in float64
+            at, pos = torch.nonzero(near & ~dense[:, None], as_tuple=True)
+            row.append(pos.numpy())
+            query.append(crowded_rows[at].numpy())
+            if bool(dense.any()):
+                which = crowded_rows[dense]
+                wanted = q[which].double()  # every name's score summed in float64, a block of names at a time
+                every = torch.cat([(wanted @ part.double().T).float() for part in base.split(65536)], 1)
+                at, pos = torch.nonzero(every >= torch.topk(every, k, dim=1).values[:, -1:], as_tuple=True)
+                scored.append((which[at].numpy(), pos.numpy(), every[at, pos].numpy()))
+        query, row = np.concatenate(query).astype(np.int64), np.concatenate(row).astype(np.int64)
+        exact = _exact_scores(base, q, torch.from_numpy(query), torch.from_numpy(row))
+        if scored:
+            known_query, known_row, known_exact = (np.concatenate(parts) for parts in zip(*scored))
+            query, row = np.concatenate([query, known_query]), np.concatenate([row, known_row])
+            exact = np.concatenate([exact, known_exact])
+        order = np.lexsort((row, -exact, query))  # by query, best first, ties by row
+        rank = np.arange(len(order)) - np.searchsorted(query[order], query[order])
+        top = order[rank < k]
+        return exact[top].reshape(len(q), k), row[top].reshape(len(q), k)
 
 
 def largest_norm(vectors: np.ndarray, block: int = 65536) -> float:
@@ -328,6 +407,11 @@ def _top_k(sims, k: int) -> tuple:
     candidates = sims.gather(1, columns.clamp(max=n - 1)).masked_fill_(outside, -torch.inf)
     values, best = torch.topk(candidates, k, dim=1)
     return values, columns.gather(1, best)
+
+
+def _pairs_in(query: np.ndarray, row: np.ndarray, known_query: np.ndarray, known_row: np.ndarray, n: int) -> np.ndarray:
+    """Whether each (query, row) pair is one of the known pairs."""
+    return np.isin(query * n + row, known_query * n + known_row)
 
 
 def _exact_scores(base, queries, query, row, rows_per_pass: int = 1024) -> np.ndarray:
