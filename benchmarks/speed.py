@@ -140,16 +140,17 @@ def pipe_rate(nlp: spacy.Language, docs: List[Doc], repeats: int, batch_size: in
 
 def search_path_rates(nlp: spacy.Language, docs: List[Doc], strings: List[Doc], repeats: int) -> Dict[str, object]:
     """Both linking rates with the KB index's own search path (``FlatIndex.search_path``) and with fp32
-    search forced, the two run in turn ``repeats + 1`` times (the first pair, which makes any copy the
-    path uses, not counted): what the path the index chose gains, in one run, on the same machine state."""
+    search forced, the two run in turn, which one first alternating, in a first round (which makes any
+    copy the path uses: not counted) and then an even number of rounds, at least ``repeats``, each
+    order as often: what the path the index chose gains, in one run, on the same machine state."""
     linker = nlp.get_pipe("sapbert_linker")
     index = linker.linking_kb.index
     path = index.search_path(20) if hasattr(index, "search_path") else None
     counts = {"gold": sum(len(linker.spans_to_link(d)) for d in docs), "distinct": sum(len(linker.spans_to_link(d)) for d in strings)}
     seconds: Dict[Tuple[str, str], List[float]] = {}
     try:
-        for _ in range(repeats + 1):
-            for forced in (False, True):
+        for round_ in range(1 + 2 * -(-repeats // 2)):
+            for forced in ((False, True) if round_ % 2 == 0 else (True, False)):
                 if forced:
                     index.search_path = lambda k: "fp32"  # (shadows the method on this one index)
                 for name, batch in (("gold", docs), ("distinct", strings)):

@@ -524,7 +524,7 @@ def test_speed_times_nlp_pipe_of_a_pipeline_holding_the_linker(kb_folder, tiny_e
     monkeypatch.setattr(index, "fp32_search", lambda self, q, k: paths.append("fp32") or fp32(self, q, k))
     rates = speed.search_path_rates(nlp, docs[:2], docs, repeats=1)
     assert rates["path"] == "int8" and sorted(rates) == ["fp32_distinct_per_s", "fp32_gold_per_s", "own_distinct_per_s", "own_gold_per_s", "path"]
-    assert paths == ["int8", "fp32"] * 2  # 2 runs of each; the KB names in docs[:2] need no search
+    assert paths == ["int8", "fp32"] + ["fp32", "int8", "int8", "fp32"]  # a first round, then each order once; the KB names in docs[:2] need no search
     assert "search_path" not in vars(lkb.index)  # the index's own method again afterwards
 
 
