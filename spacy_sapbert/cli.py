@@ -307,12 +307,15 @@ def annotate_command(
 
 @app.command("info")
 def info(path: Path = typer.Argument(..., exists=True, help="A KB folder or a saved pipeline")) -> None:
-    """Print what a KB or pipeline was built with (encoder, index, counts, context prototypes) as JSON."""
+    """Print what a KB or pipeline was built with (encoder, index, counts, context prototypes) as JSON,
+    and how its index searches on this machine (``index_here``: e.g. a flat index's fp32, bf16 or int8 path)."""
     from .context import ContextPrototypes
     from .fileio import read_json
+    from .index import VectorIndex
 
     def described(folder: Path) -> Dict[str, Any]:
         meta = read_json(folder / "meta.json")
+        meta["index_here"] = VectorIndex.from_disk(folder).describe()
         prototypes = ContextPrototypes.from_disk(folder)
         if prototypes is not None:
             meta["context_prototypes"] = {"concepts": len(prototypes), **prototypes.meta}

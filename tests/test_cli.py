@@ -44,6 +44,7 @@ def test_build_kb_link_and_info(tmp_path, tiny_bert_path):
     meta = json.loads(info.stdout)[str(tmp_path / "kb")]
     assert meta["stats"]["concepts"] == 3 and meta["encoder"]["pooling"] == "cls"
     assert meta["index"]["neighbours"] == meta["index"]["n"] == 7  # a small flat index keeps a neighbour table of all its names
+    assert meta["index_here"].startswith("flat: 7 vectors") and meta["index_here"].endswith("; searched here in fp32")
     assert build(tmp_path, tiny_bert_path, TABLE, "--no-neighbours").exit_code == 0
     assert "neighbours" not in json.loads((tmp_path / "kb" / "index.json").read_text())
 
