@@ -5,7 +5,7 @@ over every column instead of ``_top_k``.
 
     python benchmarks/flat_search.py      # random vectors (75,000 x 384), then kbs/mesh-chemical and kbs/medic
     python benchmarks/flat_search.py --kb kbs/mesh-chemical --threads 1 --threads 2
-    python benchmarks/flat_search.py --isa avx2 --kb KB --k 5 --batch 8 --batch 0 --output benchmarks/results/flat_search_avx2.json
+    python benchmarks/flat_search.py --isa avx2 --kb MEDIC --kb HPO --threads 1 --threads 2 --k 20 --batch 8 --batch 0 --output benchmarks/results/flat_search_avx2.json
 
 Real-KB part: the distinct BC5CDR dev mention strings (chemicals and diseases), encoded with the
 default encoder, searched for their top ``--k`` (20) in one call (or ``--batch`` at a time, as a
