@@ -322,15 +322,17 @@ def test_flat_index_matches_brute_force():
     np.testing.assert_array_equal(index.stored_vectors([7, 2]), data[[7, 2]])  # the exact-name fast path's vectors
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32])  # int32: the int8 pass's scores
 @pytest.mark.parametrize("n", [64 * 4 * 5 * 4 + 17, 64 * 4 * 5 * 4, 300])
-def test_chunked_top_k_equals_torch_topk(n):
+def test_chunked_top_k_equals_torch_topk(n, dtype):
     """``_top_k`` (maxima of 64-column chunks, then the k best chunks) gives topk's values exactly, ties
     and a last, shorter chunk included, and indices that hold those values; few chunks: topk itself."""
     from spacy_sapbert.index import _top_k
 
     rng = np.random.default_rng(n)
     sims = torch.from_numpy(np.round(rng.normal(size=(9, n)), 1).astype(np.float32))  # many ties
-    sims[0, -1] = 99.0  # the best score in the shorter last chunk
+    sims = (sims * 10).to(dtype) if dtype == torch.int32 else sims
+    sims[0, -1] = 99  # the best score in the shorter last chunk
     sims[1, :] = 0.5  # one row all ties
     values, indices = _top_k(sims, 5)
     expected = torch.topk(sims, 5, dim=1).values

@@ -16,7 +16,6 @@ from ..fileio import atomic_path
 from ..registries import index_kinds
 from .base import INDEX_META, NEIGHBOURS_K
 from .faiss_base import FaissIndex
-from .int8_copy import CHUNK as INT8_CHUNK
 from .int8_copy import Int8Copy, int8_products_exact
 
 # A flat index of at least this many names keeps a bf16 copy of its vectors (``SHORTLIST_FILE``):
@@ -189,7 +188,7 @@ class FlatIndex(FaissIndex):
         if fast_bf16(torch.device("cpu")):
             stored_or_amd = self.meta.get("shortlist") == "bf16" or (n >= SHORTLIST_MEMORY_MIN_NAMES and cpu_vendor() == "AuthenticAMD")
             return "bf16" if stored_or_amd and k <= _whole_chunks(n) // SHORTLIST_CHUNK else "fp32"
-        return "int8" if n >= INT8_MIN_NAMES and 4 * k * INT8_CHUNK <= n and int8_products_exact() else "fp32"
+        return "int8" if n >= INT8_MIN_NAMES and 4 * k * TOP_K_CHUNK <= n and int8_products_exact() else "fp32"
 
     def fp32_search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """Exact search in fp32: every name scored (on the GPU where ``use_device`` put the vectors). One of
@@ -304,11 +303,11 @@ class FlatIndex(FaissIndex):
                 codes = fixed_passes({"q": codes}, self.pass_queries)["q"]
                 buffer, ints = _scores_out(buffer, len(codes), n, torch.int32)
                 ints = torch._int_mm(codes, self._int8.codes.T, out=ints)[:m]
-                maxima = self._int8.maxima(ints, n)
-                first_query, first_row = np.repeat(np.arange(m), k), self._int8.best(ints, maxima, k, n).ravel()
+                maxima = _chunk_maxima(ints)
+                first_query, first_row = np.repeat(np.arange(m), k), _top_k(ints, k, maxima)[1].numpy().ravel()
                 first = _exact_scores(base, q, torch.from_numpy(first_query), torch.from_numpy(first_row))
                 floors = np.floor((first.reshape(m, k).min(1) - bounds) / units).astype(np.int64) - 1
-                query, row = self._int8.at_least(ints, maxima, floors, n)
+                query, row = _at_least(ints, maxima, floors)
                 counts = np.bincount(query, minlength=m)
                 crowded = np.flatnonzero(counts > SHORTLIST_MAX_NAMES)
                 fresh = ~np.isin(query, crowded)
@@ -387,26 +386,49 @@ def _scores_out(buffer, rows: int, cols: int, dtype) -> tuple:
     return buffer, buffer[: rows * cols].view(rows, cols)
 
 
-def _top_k(sims, k: int) -> tuple:
-    """``torch.topk(sims, k, dim=1)``'s values (its indices too, but for ties), from one pass over
-    the scores: each row's maxima of ``TOP_K_CHUNK`` columns, then a top-k among the k chunks with
-    the largest maxima. Those are k distinct scores at least the k-th largest maximum, and a score
-    above it sits in one of those chunks, so the k best are there. On the CPU that made an exact
-    search of MeSH's 543k names 4.629 → 3.777 ms per query (``benchmarks/flat_search.py``, 1 thread)."""
+def _chunk_maxima(sims):
+    """Each row's maximum over chunks of ``TOP_K_CHUNK`` columns (the last chunk may be shorter)."""
     import torch
 
     m, n = sims.shape
     whole = n // TOP_K_CHUNK * TOP_K_CHUNK
-    if whole < 4 * k * TOP_K_CHUNK:  # too few chunks to leave any out
-        return torch.topk(sims, k, dim=1)
     maxima = sims[:, :whole].view(m, -1, TOP_K_CHUNK).amax(2)
-    if whole < n:
-        maxima = torch.cat([maxima, sims[:, whole:].amax(1, keepdim=True)], 1)
+    return torch.cat([maxima, sims[:, whole:].amax(1, keepdim=True)], 1) if whole < n else maxima
+
+
+def _top_k(sims, k: int, maxima=None) -> tuple:
+    """``torch.topk(sims, k, dim=1)``'s values (its indices too, but for ties), from one pass over
+    the scores: each row's maxima of ``TOP_K_CHUNK`` columns (``maxima`` where already taken), then
+    a top-k among the k chunks with the largest maxima. Those are k distinct scores at least the k-th
+    largest maximum, and a score above it sits in one of those chunks, so the k best are there. On the
+    CPU that made an exact search of MeSH's 543k names 4.629 → 3.777 ms per query
+    (``benchmarks/flat_search.py``, 1 thread). Float or integer scores (the int8 pass's)."""
+    import torch
+
+    m, n = sims.shape
+    if n // TOP_K_CHUNK < 4 * k:  # too few chunks to leave any out
+        return torch.topk(sims, k, dim=1)
+    maxima = _chunk_maxima(sims) if maxima is None else maxima
     columns = (torch.topk(maxima, k, dim=1).indices.unsqueeze(2) * TOP_K_CHUNK + torch.arange(TOP_K_CHUNK)).view(m, -1)
     outside = columns >= n  # the last, shorter chunk's missing columns
-    candidates = sims.gather(1, columns.clamp(max=n - 1)).masked_fill_(outside, -torch.inf)
+    lowest = -torch.inf if sims.dtype.is_floating_point else torch.iinfo(sims.dtype).min
+    candidates = sims.gather(1, columns.clamp(max=n - 1)).masked_fill_(outside, lowest)
     values, best = torch.topk(candidates, k, dim=1)
     return values, columns.gather(1, best)
+
+
+def _at_least(sims, maxima, floors: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(row, column) of every score that reaches its row's ``floors``, by row: only the chunks whose
+    maximum (``_chunk_maxima``) reaches it are read."""
+    import torch
+
+    n = sims.shape[1]
+    floors = torch.from_numpy(floors)
+    row, chunk = torch.nonzero(maxima >= floors[:, None], as_tuple=True)
+    columns = chunk[:, None] * TOP_K_CHUNK + torch.arange(TOP_K_CHUNK)
+    kept = (sims[row[:, None], columns.clamp(max=n - 1)] >= floors[row][:, None]) & (columns < n)
+    at, pos = torch.nonzero(kept, as_tuple=True)
+    return row[at].numpy(), columns[at, pos].numpy()
 
 
 def _pairs_in(query: np.ndarray, row: np.ndarray, known_query: np.ndarray, known_row: np.ndarray, n: int) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 On a CPU without fast bf16 (AVX2 alone, or AVX-512 without AMX) the flat index's fp32 matrix product
 is most of a search's time. ``torch._int_mm`` multiplies int8 matrices into exact int32 sums at
-about twice fp32's rate there (as AVX2, 2 threads, 128 queries × 74,978 names: 31 ms against 55).
+about twice fp32's rate there (as AVX2, 2 threads, 128 queries × 74,978 names: 31 ms against 55, ad hoc).
 An int8 score differs from the true one by at most a bound this module computes for each query
 (``Int8Copy.quantize``). The k names with the best int8 scores are scored exactly first; the k-th
 best of those exact scores is a floor under the true k-th best, so a name whose int8 score is more
@@ -29,7 +29,6 @@ import numpy as np
 ROTATION_SEED = 0
 NAME_LEVELS = 64
 QUERY_LEVELS = 127
-CHUNK = 64  # columns per chunk: a query's candidates are read from the chunks whose maximum can matter
 BLOCK = 65536  # names rotated and quantised at a time (working copies stay small at a million names)
 KEEP_BYTES = 256 * 2**20  # up to this many bytes of turned names (170k at 384 dims) are turned once
 # float32's unit roundoff and a little more (the rotation's float32 copy): a rotated coordinate of x is
@@ -61,7 +60,8 @@ class Int8Copy:
 
     def __init__(self, vectors) -> None:
         """``vectors``: the index's (n, d) float32 vectors as a torch tensor (possibly mapped). The
-        names are turned in float32 (0.2 s for 75k names on one AVX2 thread, float64 took 1.6 s):
+        names are turned in float32 (the whole copy of MEDIC's 74,978 names: 0.37 s on one AVX2 thread in
+        ``benchmarks/results/flat_search_avx2.json``; turned in float64 it took 1.6 s, ad hoc):
         that rounding, at most d·√d·2⁻²⁴·|x| (``ROUNDING``), is added to the name error."""
         import torch
 
@@ -102,33 +102,3 @@ class Int8Copy:
         error = (rotated - codes * step[:, None]).norm(dim=1)
         bound = queries.double().norm(dim=1) * self.name_error + error * self.name_norm + 1e-9
         return codes.to(torch.int8), (step * self.scale).numpy(), bound.numpy()
-
-    def maxima(self, scores, n: int):
-        """Each query's maximum int8 score per chunk of ``CHUNK`` names (the last chunk may be shorter)."""
-        import torch
-
-        m = scores.shape[0]
-        whole = n // CHUNK * CHUNK
-        maxima = scores[:, :whole].view(m, -1, CHUNK).amax(2)
-        return torch.cat([maxima, scores[:, whole:].amax(1, keepdim=True)], 1) if whole < n else maxima
-
-    def best(self, scores, maxima, k: int, n: int) -> np.ndarray:
-        """The rows of each query's ``k`` best int8 scores (m, k): the k chunks with the best maxima hold them."""
-        import torch
-
-        m = scores.shape[0]
-        columns = (torch.topk(maxima, k, dim=1).indices[..., None] * CHUNK + torch.arange(CHUNK)).view(m, -1)
-        values = scores.gather(1, columns.clamp(max=n - 1)).masked_fill_(columns >= n, torch.iinfo(torch.int32).min)
-        return columns.gather(1, torch.topk(values, k, dim=1).indices).numpy()
-
-    def at_least(self, scores, maxima, floors: np.ndarray, n: int) -> Tuple[np.ndarray, np.ndarray]:
-        """(query, row) of every name whose int8 score reaches its query's ``floors`` (int units), by
-        query: only the chunks whose maximum reaches it are read."""
-        import torch
-
-        floors = torch.from_numpy(floors)
-        query, chunk = torch.nonzero(maxima >= floors[:, None], as_tuple=True)
-        columns = chunk[:, None] * CHUNK + torch.arange(CHUNK)
-        kept = (scores[query[:, None], columns.clamp(max=n - 1)] >= floors[query][:, None]) & (columns < n)
-        at, pos = torch.nonzero(kept, as_tuple=True)
-        return query[at].numpy(), columns[at, pos].numpy()
