@@ -17,10 +17,14 @@ Measures, with the default encoder (offline MiniLM, default precision) and the M
 * ``search_paths``: both rates with the index's own search path (``int8`` on an AVX2-only CPU, ``bf16``
   on AMX or AMD's AVX512-BF16, else ``fp32``: ``FlatIndex.search_path``) and with fp32 search forced,
   run in turn (``search_path_rates``);
+* ``pass_threads``: both rates with the encoder's passes shared among threads of one torch thread each
+  (the default: ``SapEncoder.pass_threads``) and with every pass on the linking thread, run in turn
+  (``pass_thread_rates``);
 * the untuned path side by side (fp32, padding to max_length, no cache);
 * ``peak_rss_mb``;
 * without ``--quick``: ``umls_scale`` (names, load_s, rss_mb, recall_at_5, per index kind).
-Every figure is the median over ``--repeats`` runs. Writes ``benchmarks/results/speed.json`` and
+The default linker's rates are taken first, before any other encoder has run in the process. Every figure
+is the median over ``--repeats`` runs. Writes ``benchmarks/results/speed.json`` and
 the README's ``SPEED`` block (with ``--isa`` or another ``--output``, the JSON alone).
 """
 from __future__ import annotations
@@ -138,28 +142,52 @@ def pipe_rate(nlp: spacy.Language, docs: List[Doc], repeats: int, batch_size: in
     return n / median_time(linking_run(nlp, docs, batch_size), repeats)
 
 
-def search_path_rates(nlp: spacy.Language, docs: List[Doc], strings: List[Doc], repeats: int) -> Dict[str, object]:
-    """Both linking rates with the KB index's own search path (``FlatIndex.search_path``) and with fp32
-    search forced, the two run in turn, which one first alternating, in a first round (which makes any
-    copy the path uses: not counted) and then an even number of rounds, at least ``repeats``, each
-    order as often: what the path the index chose gains, in one run, on the same machine state."""
+def rates_in_turn(nlp: spacy.Language, docs: List[Doc], strings: List[Doc], repeats: int,
+                  switch: Callable[[bool], None], labels: Tuple[str, str]) -> Dict[str, float]:
+    """Both linking rates (gold spans ``docs``, distinct ``strings``) with ``switch(False)`` and with
+    ``switch(True)`` (keys ``labels[0]_…`` and ``labels[1]_…``), run in turn, which one first alternating,
+    in a first round (which makes any copy a setting uses: not counted) and then an even number of
+    rounds, at least ``repeats``, each order as often: what a setting gains, in one run, on the same
+    machine state. ``switch(False)`` is left in place."""
     linker = nlp.get_pipe("sapbert_linker")
-    index = linker.linking_kb.index
-    path = index.search_path(20) if hasattr(index, "search_path") else None
     counts = {"gold": sum(len(linker.spans_to_link(d)) for d in docs), "distinct": sum(len(linker.spans_to_link(d)) for d in strings)}
     seconds: Dict[Tuple[str, str], List[float]] = {}
     try:
         for round_ in range(1 + 2 * -(-repeats // 2)):
-            for forced in ((False, True) if round_ % 2 == 0 else (True, False)):
-                if forced:
-                    index.search_path = lambda k: "fp32"  # (shadows the method on this one index)
+            for on in ((False, True) if round_ % 2 == 0 else (True, False)):
+                switch(on)
                 for name, batch in (("gold", docs), ("distinct", strings)):
-                    seconds.setdefault((name, "fp32" if forced else "own"), []).append(median_time(linking_run(nlp, batch), 1))
-                index.__dict__.pop("search_path", None)
+                    seconds.setdefault((name, labels[on]), []).append(median_time(linking_run(nlp, batch), 1))
     finally:
-        index.__dict__.pop("search_path", None)
-    rates = {f"{key}_{name}_per_s": round(counts[name] / statistics.median(times[1:]), 1) for (name, key), times in seconds.items()}
-    return {"path": path, **rates}
+        switch(False)
+    return {f"{label}_{name}_per_s": round(counts[name] / statistics.median(times[1:]), 1) for (name, label), times in seconds.items()}
+
+
+def search_path_rates(nlp: spacy.Language, docs: List[Doc], strings: List[Doc], repeats: int) -> Dict[str, object]:
+    """Both linking rates with the KB index's own search path (``FlatIndex.search_path``) and with fp32
+    search forced (``rates_in_turn``)."""
+    index = nlp.get_pipe("sapbert_linker").linking_kb.index
+    path = index.search_path(20) if hasattr(index, "search_path") else None
+
+    def force_fp32(on: bool) -> None:
+        if on:
+            index.search_path = lambda k: "fp32"  # (shadows the method on this one index)
+        else:
+            index.__dict__.pop("search_path", None)
+
+    return {"path": path, **rates_in_turn(nlp, docs, strings, repeats, force_fp32, ("own", "fp32"))}
+
+
+def pass_thread_rates(nlp: spacy.Language, docs: List[Doc], strings: List[Doc], repeats: int) -> Dict[str, object]:
+    """Both linking rates with the encoder's passes shared among threads of one torch thread each
+    (``SapEncoder.pass_threads``, the default) and with every pass on the linking thread with torch's
+    thread count (``rates_in_turn``)."""
+    encoder = nlp.get_pipe("sapbert_linker").encoder
+
+    def one_thread(on: bool) -> None:
+        encoder.threaded_passes = not on
+
+    return {"threads": encoder.pass_threads(), **rates_in_turn(nlp, docs, strings, repeats, one_thread, ("shared", "one_thread"))}
 
 
 def scispacy_rates(python: Path, lkb: LinkingKB, docs: List[Doc], strings: List[Doc], threads: int, repeats: int, cache: Path) -> Dict[str, object]:
@@ -380,6 +408,21 @@ def main(
     results["kb"] = {"name": "MEDIC 06-Jul-2012", **lkb.kb.stats(), "index": lkb.index.meta["kind"],
                      "search_path": lkb.index.search_path(5) if hasattr(lkb.index, "search_path") else None}  # the linker's top_k
 
+    # linking through nlp.pipe, first: a process that has run another encoder (the precisions below) linked
+    # slower with the bf16 shortlist afterwards, and a user's process runs one
+    nlp = linker_pipeline(lkb, encoder)
+    docs = gold_docs(nlp, load_split("ncbi-disease", "test"))
+    results["mentions_per_s"] = round(pipe_rate(nlp, docs, repeats), 1)
+    distinct = sorted({normalize_name(m.text) for s in ("train", "dev", "test") for d in load_split("ncbi-disease", s) for m in d.mentions})
+    distinct_docs = mention_docs(nlp, distinct[:2000])
+    results["distinct_mentions_per_s"] = round(pipe_rate(nlp, distinct_docs, repeats), 1)
+    results["n_mentions"] = sum(len(d.ents) for d in docs)
+    results["n_distinct_mentions"] = len(distinct_docs)
+    results["search_paths"] = search_path_rates(nlp, docs, distinct_docs, repeats)
+    typer.echo(f"search paths: {results['search_paths']}", err=True)
+    results["pass_threads"] = pass_thread_rates(nlp, docs, distinct_docs, repeats)
+    typer.echo(f"pass threads: {results['pass_threads']}", err=True)
+
     # dictionary encoding speed and query-side accuracy per precision
     names = lkb.kb.names[:: max(1, lkb.kb.n_names // n_names)][:n_names]
     test_docs = load_split("ncbi-disease", "test")
@@ -422,22 +465,11 @@ def main(
     }
     results["names_per_s"] = by_precision[str(results["default_precision"])]["names_per_s"]
 
-    # linking through nlp.pipe
-    nlp = linker_pipeline(lkb, encoder)
-    docs = gold_docs(nlp, test_docs)
-    results["mentions_per_s"] = round(pipe_rate(nlp, docs, repeats), 1)
-    distinct = sorted({normalize_name(m.text) for s in ("train", "dev", "test") for d in load_split("ncbi-disease", s) for m in d.mentions})
-    distinct_docs = mention_docs(nlp, distinct[:2000])
-    results["distinct_mentions_per_s"] = round(pipe_rate(nlp, distinct_docs, repeats), 1)
-    results["n_mentions"] = sum(len(d.ents) for d in docs)
-    results["n_distinct_mentions"] = len(distinct_docs)
     if results["default_precision"] != "int8":  # the opt-in int8 encoder (never auto: it costs some dev accuracy)
         int8_nlp = linker_pipeline(lkb, SapEncoder.load(None, device="cpu", precision="int8"))
         int8_nlp.get_pipe("sapbert_linker").link_strings(["warm-up: calibrates the int8 copy"])
         results["int8_linker"] = {"mentions_per_s": round(pipe_rate(int8_nlp, docs, repeats), 1),
                                   "distinct_mentions_per_s": round(pipe_rate(int8_nlp, distinct_docs, repeats), 1)}
-    results["search_paths"] = search_path_rates(nlp, docs, distinct_docs, repeats)
-    typer.echo(f"search paths: {results['search_paths']}", err=True)
     # the opt-in query encoder (never a default: it moves some scores), the KB keeping the encoder's vectors
     query_nlp = linker_pipeline(lkb, encoder, query_encoder=QUERY_ENCODER)
     measure_encoding(f"query_encoder {QUERY_ENCODER}", query_nlp.get_pipe("sapbert_linker").query_encoder.encode)

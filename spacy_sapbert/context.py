@@ -63,8 +63,9 @@ def context_encoder(encoder: SapEncoder) -> SapEncoder:
     settings = replace(encoder.settings, pooling=CONTEXT_POOLING, max_length=min(CONTEXT_MAX_LENGTH, positions))
     view = SapEncoder(encoder.model, encoder.tokenizer, settings, device=str(encoder.device),
                       precision=encoder.precision, source=encoder.source)
-    view.pass_rows = encoder.pass_rows
+    view.pass_rows, view.threaded_passes = encoder.pass_rows, encoder.threaded_passes
     view._tokenizer_lock = encoder._tokenizer_lock  # one tokenizer, one lock
+    view._pass_workers = encoder._pass_workers  # and one pool of pass threads
     return view
 
 

@@ -6,6 +6,7 @@ linker with the same pooling, normalisation and maximum length it was trained wi
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ import torch
 from .bert import BertEncoder, Packing, load_bert
 from .fileio import atomic_dir, write_json
 from .machine import one_torch_thread_after_fork
+from .pass_threads import OneThreadWorkers
 
 SETTINGS_FILE = "sapbert_encoder.json"
 POOLINGS = ("cls", "mean")
@@ -35,6 +37,7 @@ WINDOW_BATCHES = 8  # batches' worth of names tokenised at once (``encode``): bo
 # the most tokens one packed pass holds on the CPU (``encode``): MiniLM's FFN activations of 1,024
 # tokens stay in cache; 2,048 and 4,096 were slower
 PASS_TOKENS = 1024
+MIN_THREAD_TOKENS = 128  # fewer tokens a thread: one thread runs every pass, with torch's thread count
 
 
 @dataclass
@@ -251,6 +254,9 @@ class SapEncoder:
         self.source = source
         self.model = model.to(self.device)
         self.pad_to_max_length = False  # only to measure what dynamic padding saves
+        # False: every pass on the calling thread with torch's thread count (to measure what ``pass_threads`` saves)
+        self.threaded_passes = True
+        self._pass_workers = OneThreadWorkers()
         # None: each pass holds up to ``batch_size`` texts of one width. N: every pass holds exactly N
         # (``fixed_passes``), so a text's vector no longer depends on the other texts of the call.
         self.pass_rows: Optional[int] = None
@@ -439,7 +445,10 @@ class SapEncoder:
         exactly that many texts of one width (see ``fixed_passes``), and a text's vector depends on
         the text alone, bit for bit (``tests/test_encoder_kb_index.py``, MiniLM included);
         ``annotate`` sets it so that one process, several, a resumed run or a cluster give
-        identical output. The order is restored at the end.
+        identical output. Otherwise, on a CPU with N > 1 torch threads, N threads running torch on one
+        thread each take a run of the names of about as many tokens (``token_shares``), in passes of
+        ``PASS_TOKENS`` / N tokens (``pass_threads``), unless the call holds fewer than ``MIN_THREAD_TOKENS``
+        tokens a thread. The order is restored at the end.
         """
         n = len(texts)
         out = np.zeros((n, self.dim), dtype=np.float32)
@@ -457,6 +466,7 @@ class SapEncoder:
             from tqdm import tqdm
 
             bar = tqdm(total=n, desc="encoding", unit="name")
+        threads = self.pass_threads() if mixed else 1
         for start in range(0, n, window):
             idx = order[start : start + window]
             tokens = self.tokenize([texts[i] for i in idx])
@@ -464,23 +474,39 @@ class SapEncoder:
             widths = lengths if mixed else [self.pad_width(w, tokens["input_ids"].shape[1]) for w in lengths]
             tokens = {k: torch.nn.functional.pad(v, (0, max(widths) - v.shape[1])) for k, v in tokens.items()}
             by_width = sorted(range(len(idx)), key=lambda i: widths[i])
-            sorted_widths = [widths[i] for i in by_width]
-            for part in passes(sorted_widths, self.pass_rows or batch_size, max_tokens=max_tokens, one_width=not mixed):
-                rows = by_width[part]
-                if mixed:
-                    vecs = self.forward_packed({k: torch.cat([v[r, : widths[r]] for r in rows]) for k, v in tokens.items()},
-                                               [widths[r] for r in rows], model)
-                else:
-                    batch = fixed_passes({k: v[rows, : widths[rows[0]]] for k, v in tokens.items()}, self.pass_rows)
-                    vecs = (self.forward_packed({k: v.reshape(-1) for k, v in batch.items()},
-                                                [widths[rows[0]]] * len(batch["input_ids"]), model)
-                            if packed else self.forward(batch, model))[: len(rows)]
-                out[[idx[i] for i in rows]] = vecs.float().cpu().numpy()
+            # threads > 1: the CPU with packed passes of several widths (``pass_threads``): each thread
+            # a run of names with about as many tokens, in passes of its share of the tokens
+            split = threads if threads > 1 and sum(widths) >= threads * MIN_THREAD_TOKENS else 1
+            encode_share = functools.partial(self._encode_share, model, tokens, widths, max_rows=self.pass_rows or batch_size,
+                                             max_tokens=max_tokens // split if max_tokens else None, mixed=mixed)
+            if split == 1:
+                done = [encode_share(by_width)]
+            else:
+                done = self._pass_workers.map(encode_share, token_shares(by_width, widths, split))
+            for rows, vecs in (pair for share in done for pair in share):
+                out[[idx[i] for i in rows]] = vecs
             if bar is not None:
                 bar.update(len(idx))
         if bar is not None:
             bar.close()
         return out
+
+    @torch.inference_mode()
+    def _encode_share(self, model: torch.nn.Module, tokens: Dict[str, torch.Tensor], widths: Sequence[int],
+                      share: List[int], *, max_rows: int, max_tokens: Optional[int], mixed: bool) -> List[Tuple[List[int], np.ndarray]]:
+        """(rows, vectors) of each pass over the rows ``share`` of ``tokens`` (``encode``: sorted by width)."""
+        done = []
+        for part in passes([widths[r] for r in share], max_rows, max_tokens=max_tokens, one_width=not mixed):
+            rows = share[part]
+            if mixed:
+                vecs = self.forward_packed({k: torch.cat([v[r, : widths[r]] for r in rows]) for k, v in tokens.items()},
+                                           [widths[r] for r in rows], model)
+            else:
+                batch = fixed_passes({k: v[rows, : widths[rows[0]]] for k, v in tokens.items()}, self.pass_rows)
+                vecs = (self.forward_packed({k: v.reshape(-1) for k, v in batch.items()}, [widths[rows[0]]] * len(batch["input_ids"]), model)
+                        if isinstance(model, BertEncoder) else self.forward(batch, model))[: len(rows)]
+            done.append((rows, vecs.float().cpu().numpy()))
+        return done
 
     def forward_packed(self, packed: Dict[str, torch.Tensor], widths: Sequence[int], model: BertEncoder) -> torch.Tensor:
         """``forward`` for texts packed end to end (``bert.Packing``: text i holds ``widths[i]`` of the
@@ -491,6 +517,11 @@ class SapEncoder:
         types = packed["token_type_ids"] if "token_type_ids" in packed else torch.zeros_like(packed["input_ids"])
         hidden = model.forward_packed(packed["input_ids"], types, packing, first_only=cls)
         return self.pool(hidden[:, None] if cls else packing.pad(hidden), packing.mask)
+
+    def pass_threads(self) -> int:
+        """How many threads share a call's packed passes, one torch thread each (``pass_threads.py``):
+        on the CPU, the calling thread's torch thread count."""
+        return torch.get_num_threads() if self.threaded_passes and self.device.type == "cpu" else 1
 
     def pad_width(self, length: int, padded: int) -> int:
         """The width a text of ``length`` tokens is encoded at: ``length`` rounded up to
@@ -510,6 +541,21 @@ def fixed_passes(batch: Dict[str, torch.Tensor], rows: Optional[int]) -> Dict[st
     if n > rows:
         raise ValueError(f"a pass of {n} rows does not fit in {rows}")
     return {k: torch.cat([v, v[-1:].expand(rows - n, *v.shape[1:])]) for k, v in batch.items()}
+
+
+def token_shares(rows: Sequence[int], widths: Sequence[int], n: int) -> List[List[int]]:
+    """``rows`` cut into ``n`` runs (none empty while there are rows enough) of as near the same number
+    of tokens (``widths[row]``) as whole rows allow."""
+    cumulative = np.cumsum([widths[r] for r in rows])
+    bounds = [0]
+    for k in range(1, n):
+        target = cumulative[-1] * k / n if len(rows) else 0
+        i = int(np.searchsorted(cumulative, target))  # the first row whose end reaches the target
+        before = cumulative[i - 1] if i > 0 else 0
+        cut = i + 1 if i < len(rows) and cumulative[i] - target <= target - before else i
+        bounds.append(min(max(cut, bounds[-1] + 1), len(rows) - (n - k)) if len(rows) >= n else min(cut, len(rows)))
+    bounds.append(len(rows))
+    return [list(rows[a:b]) for a, b in zip(bounds, bounds[1:])]
 
 
 def passes(widths: Sequence[int], max_rows: int, *, max_tokens: Optional[int] = None, one_width: bool = False) -> Iterable[slice]:

@@ -195,24 +195,36 @@ class LinkingKB:
                 raise ValueError("sparse + dense fusion needs the query strings")
             sparse_scores = self.sparse.pair_scores(queries, rows).astype(np.float64)
             scores = (1.0 - fusion_weight) * scores + fusion_weight * sparse_scores
+        # each found name's concepts: a name of one concept (most) read for the whole batch at once
+        offsets, flat = self.kb.name_offsets, self.kb.name_concepts
+        found = np.maximum(rows, 0)  # (-1: no name; an empty KB has one offset)
+        starts = np.asarray(offsets[np.minimum(found, len(offsets) - 1)])
+        counts = np.asarray(offsets[np.minimum(found + 1, len(offsets) - 1)]) - starts
+        firsts = np.asarray(flat[np.minimum(starts, max(len(flat) - 1, 0))]) if len(flat) else starts
+        hierarchy = queries is not None and self.kb.concept_parents is not None
         out: List[List[Candidate]] = []
         for i, (srow, rrow) in enumerate(zip(scores, rows)):
-            best: Dict[int, Candidate] = {}
+            best: Dict[int, Tuple[float, int, bool]] = {}  # concept row: (score, name row, ambiguous)
             own = self._own_row(queries[i]) if queries is not None else None
-            for score, name_row in zip(srow.tolist(), rrow.tolist()):
+            for score, name_row, count, first in zip(srow.tolist(), rrow.tolist(), counts[i].tolist(), firsts[i].tolist()):
                 if name_row < 0:
                     continue
                 if queries is not None:
                     score = 1.0 if name_row == own else min(score, BELOW_ONE)
-                concepts = self.kb.concepts_of_name(name_row)
-                ambiguous = len(concepts) > 1
-                for c in concepts.tolist():
-                    if c not in best or score > best[c].score:
-                        best[c] = Candidate(self.kb.concept_ids[c], self.kb.display_names[name_row], score, ambiguous)
-            ranked = sorted(best.values(), key=lambda cand: -cand.score)
-            if queries is not None and self.kb.concept_parents is not None:
-                ranked = self.prefer_broader(ranked, queries[i])
-            out.append(ranked[:top_k])
+                for c in (first,) if count == 1 else self.kb.concepts_of_name(name_row).tolist():
+                    held = best.get(c)
+                    if held is None or score > held[0]:
+                        best[c] = (score, name_row, count > 1)
+            ranked = sorted(best.items(), key=lambda item: -item[1][0])
+            # Candidates for the first top_k, and with a hierarchy for all that prefer_broader may move up
+            n = top_k
+            if hierarchy and ranked:
+                n = max(n, sum(1 for _, (score, _, _) in ranked if ranked[0][1][0] - score <= BROADER_MARGIN))
+            cands = [Candidate(self.kb.concept_ids[c], self.kb.display_names[row], score, ambiguous)
+                     for c, (score, row, ambiguous) in ranked[:n]]
+            if hierarchy:
+                cands = self.prefer_broader(cands, queries[i])  # type: ignore[index]
+            out.append(cands[:top_k])
         return out
 
     def _own_row(self, query: str) -> Optional[int]:

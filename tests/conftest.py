@@ -13,6 +13,22 @@ import torch
 
 torch.set_num_threads(1)
 
+def run_forked(target, *args, timeout: float = 60):
+    """(hung, what ``target(*args, queue)`` put on the queue) for ``target`` run in a forked process;
+    one that is still running after ``timeout`` seconds is killed and counts as hung."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=target, args=(*args, queue))
+    child.start()
+    child.join(timeout)
+    if child.is_alive():
+        child.kill()
+        return True, None
+    return False, queue.get(timeout=10)
+
+
 # the CUDA paths' tests (marked ``gpu``): skipped where torch sees no CUDA device, as in every CI run
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

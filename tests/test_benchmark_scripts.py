@@ -526,6 +526,14 @@ def test_speed_times_nlp_pipe_of_a_pipeline_holding_the_linker(kb_folder, tiny_e
     assert rates["path"] == "int8" and sorted(rates) == ["fp32_distinct_per_s", "fp32_gold_per_s", "own_distinct_per_s", "own_gold_per_s", "path"]
     assert paths == ["int8", "fp32"] + ["fp32", "int8", "int8", "fp32"]  # a first round, then each order once; the KB names in docs[:2] need no search
     assert "search_path" not in vars(lkb.index)  # the index's own method again afterwards
+    # the encoder's passes shared among threads and on one thread, in turn; shared again afterwards
+    encoder, shared = nlp.get_pipe("sapbert_linker").encoder, []
+    encode = encoder.encode
+    monkeypatch.setattr(encoder, "encode", lambda texts, **kw: shared.append(encoder.threaded_passes) or encode(texts, **kw))
+    rates = speed.pass_thread_rates(nlp, docs[:2], docs, repeats=1)
+    assert rates["threads"] == 1 and sorted(rates) == [
+        "one_thread_distinct_per_s", "one_thread_gold_per_s", "shared_distinct_per_s", "shared_gold_per_s", "threads"]
+    assert shared == [True, False, False, True, True, False] and encoder.threaded_passes
 
 
 def test_dev_before_after_runs_each_evaluation_in_each_checkout_and_keeps_its_figures(tmp_path, monkeypatch):

@@ -4,6 +4,7 @@ import multiprocessing
 
 import pytest
 import torch
+from conftest import run_forked
 
 from spacy_sapbert.machine import one_torch_thread_after_fork
 
@@ -19,15 +20,8 @@ def test_a_forked_process_runs_torch_after_its_parent_did(tiny_encoder):  # an e
     torch.set_num_threads(2)  # the tests run torch on one thread; a pool of two is what a fork broke
     try:
         (torch.ones(4_000_000) * 2).sum()  # the parent's parallel region: OpenMP makes its thread pool
-        context = multiprocessing.get_context("fork")
-        queue = context.Queue()
-        child = context.Process(target=_child, args=(queue,))
-        child.start()
-        child.join(60)
-        hung = child.is_alive()
-        if hung:
-            child.kill()
+        hung, result = run_forked(_child)
         assert not hung, "the forked process hung in its first parallel torch operation"
-        assert queue.get(timeout=10) == (1, 8_000_000.0)
+        assert result == (1, 8_000_000.0)
     finally:
         torch.set_num_threads(threads)

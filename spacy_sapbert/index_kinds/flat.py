@@ -226,11 +226,12 @@ class FlatIndex(FaissIndex):
         """Exact top ``k`` from a bf16 pass over every name and fp32 scores of a few.
 
         A bf16 score is within ``SHORTLIST_ERROR`` · |q| · max |x| of the fp32 one (``margin`` is twice
-        that). The k-th best chunk maximum is a floor under the k-th best bf16 score, so only chunks
-        whose maximum reaches the floor less the margin can hold a top-k name; within them, every
-        name whose bf16 score reaches the k-th best less the margin is scored exactly (float64 sums,
-        each name on its own, so the result does not depend on the other queries), and the best
-        ``k`` are kept, ties by row.
+        that). Every name whose bf16 score reaches the k-th best less the margin is scored exactly
+        (float64 sums, each name on its own, so the result does not depend on the other queries), and
+        the best ``k`` are kept, ties by row. The k-th best bf16 score comes from the chunk maxima
+        (``_top_k``), and only the chunks whose maximum reaches it less the margin are read again
+        (``_at_least``), for all queries at once, as ``int8_search`` does, not in a loop of small
+        operations per query.
         """
         import torch
 
@@ -238,7 +239,6 @@ class FlatIndex(FaissIndex):
 
         n = len(self)
         short = self._shortlist_matrix()
-        n_chunks = short.shape[0] // SHORTLIST_CHUNK
         block = self.pass_queries or max(1, int(1e8 // short.shape[0]))  # about 200 MB of bf16 scores at a time
         scores, rows = [], []
         buffer, self._scores = self._scores, None  # taken while in use: a concurrent search makes its own
@@ -250,29 +250,18 @@ class FlatIndex(FaissIndex):
                 buffer, sims = _scores_out(buffer, len(passes), short.shape[0], torch.bfloat16)
                 sims = torch.mm(passes, short.T, out=sims)[:m]
                 sims[:, n:] = -torch.inf
-                by_chunk = sims.view(m, n_chunks, SHORTLIST_CHUNK)
                 # the chunk maxima as int16 bit patterns, faster than bf16's: the same order for every
                 # chunk holding a score >= 0; a chunk of negative scores only gets an underestimate,
-                # which matters only where the floor below is negative: then the bf16 maxima
-                best = by_chunk.view(torch.int16).amax(2).view(torch.bfloat16).float()
-                kth_chunk = torch.topk(best, k, dim=1).values[:, -1:]
-                if bool((kth_chunk < margin).any()):
-                    best = by_chunk.amax(2).float()
-                    kth_chunk = torch.topk(best, k, dim=1).values[:, -1:]
-                floor = kth_chunk - margin
-                query, row, crowded = [], [], []
-                for i in range(m):  # per query: how many chunks can matter varies a lot
-                    chunks = torch.nonzero(best[i] >= floor[i]).squeeze(1)
-                    kept = by_chunk[i, chunks].float()
-                    high = kept[kept >= kth_chunk[i]]  # at least k scores (the k best chunks' maxima): the k best among them
-                    chunk, pos = torch.nonzero(kept >= torch.topk(high, k).values[-1] - margin[i], as_tuple=True)
-                    if len(pos) > SHORTLIST_MAX_NAMES:
-                        crowded.append(i)
-                        continue
-                    row.append(chunks[chunk] * SHORTLIST_CHUNK + pos)
-                    query.append(torch.full((len(pos),), i))
-                shortlisted = (torch.cat(query).numpy(), torch.cat(row).numpy()) if query else (np.empty(0, np.int64),) * 2
-                best_scores, best_rows = self._exact_top_k(q, *shortlisted, crowded, k)
+                # which matters only where a floor below is negative: then the bf16 maxima
+                maxima = _chunk_maxima(sims.view(torch.int16)).view(torch.bfloat16).float()
+                if bool((torch.topk(maxima, k, dim=1).values[:, -1:] < margin).any()):
+                    maxima = _chunk_maxima(sims).float()
+                floors = (_top_k(sims, k, maxima)[0][:, -1:].float() - margin).squeeze(1).numpy()
+                query, row = _at_least(sims, maxima, floors)  # every name within the margin of the k-th best
+                counts = np.bincount(query, minlength=m)
+                crowded = np.flatnonzero(counts > SHORTLIST_MAX_NAMES)
+                fresh = ~np.isin(query, crowded)
+                best_scores, best_rows = self._exact_top_k(q, query[fresh], row[fresh], crowded.tolist(), k)
                 scores.append(best_scores)
                 rows.append(best_rows)
         self._scores = buffer
