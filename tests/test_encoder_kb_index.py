@@ -262,12 +262,13 @@ def test_a_broader_concept_goes_first_when_the_mention_lacks_the_subtypes_words(
         names = sorted(scores, key=lambda n: -scores[n])
         return lambda vectors, k, name_rows=None: (np.array([[scores[n] for n in names]]), np.array([[rows[n] for n in names]]))
 
-    def ranked(query, scores):
+    def ranked(query, scores, top_k=5):
         monkeypatch.setattr(linking, "search_names", search(scores))
-        return [c.concept_id for c in linking.candidates(np.zeros((1, tiny_encoder.dim), np.float32), queries=[query])[0]]
+        return [c.concept_id for c in linking.candidates(np.zeros((1, tiny_encoder.dim), np.float32), top_k=top_k, queries=[query])[0]]
 
     close = {"late systolic murmur": 0.977, "systolic heart murmur": 0.963, "midsystolic murmur": 0.93, "heart murmur": 0.9}
     assert ranked("systolic murmur", close)[:2] == ["HP:2", "HP:3"]  # "late" is not said: the parent
+    assert ranked("systolic murmur", close, top_k=1) == ["HP:2"]  # though second by score, beyond a top 1
     assert ranked("late systolic murmur", {**close, "late systolic murmur": 1.0})[0] == "HP:3"  # said: the subtype
     assert ranked("systolic murmur", {**close, "systolic heart murmur": 0.94})[0] == "HP:3"  # the parent is too far
     assert ranked("midsystolic", {**close, "midsystolic murmur": 0.99})[0] == "HP:4"  # no ancestor holds "midsystolic"
