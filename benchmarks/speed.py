@@ -411,7 +411,8 @@ def main(
     # linking through nlp.pipe, first: a process that has run another encoder (the precisions below) linked
     # slower with the bf16 shortlist afterwards, and a user's process runs one
     nlp = linker_pipeline(lkb, encoder)
-    docs = gold_docs(nlp, load_split("ncbi-disease", "test"))
+    test_docs = load_split("ncbi-disease", "test")
+    docs = gold_docs(nlp, test_docs)
     results["mentions_per_s"] = round(pipe_rate(nlp, docs, repeats), 1)
     distinct = sorted({normalize_name(m.text) for s in ("train", "dev", "test") for d in load_split("ncbi-disease", s) for m in d.mentions})
     distinct_docs = mention_docs(nlp, distinct[:2000])
@@ -425,7 +426,6 @@ def main(
 
     # dictionary encoding speed and query-side accuracy per precision
     names = lkb.kb.names[:: max(1, lkb.kb.n_names // n_names)][:n_names]
-    test_docs = load_split("ncbi-disease", "test")
     mentions = [m for d in test_docs for m in d.mentions if m.ids]
     queries = [normalize_name(m.text) for m in mentions]
     aliases = [set([cid, *xrefs]) for cid, xrefs in zip(lkb.kb.concept_ids, lkb.kb.concept_xrefs)]
