@@ -903,6 +903,16 @@ def test_int8_search_returns_the_exact_top_k_whatever_the_batch(low_precision_pa
             assert (part[0] == scores[start : start + size]).all() and (part[1] == rows[start : start + size]).all()
 
 
+def test_a_zero_query_ties_every_name_on_each_first_pass(low_precision_path):
+    """A zero vector scores 0 against every name: the first k rows, as exact search ties them, on
+    either first pass (the int8 pass's floor, far below any int32 score, once overflowed its cast)."""
+    data, queries = _clustered_with_ties(n=6001)
+    queries = np.concatenate([queries[:2], np.zeros((1, data.shape[1]), np.float32)])
+    scores, rows = VectorIndex.build(data, kind="flat", neighbours=False).search(queries, 5)
+    assert rows[2].tolist() == [0, 1, 2, 3, 4] and not scores[2].any()
+    assert_exact_top(scores, rows, queries, data)
+
+
 @pytest.mark.parametrize("dim,useful", [(40, None), (384, 0.05)])
 def test_the_int8_error_bound_holds_for_every_name_and_query(dim, useful):
     """|true score - int8 score| stays within the bound ``Int8Copy.quantize`` gives, for every pair,

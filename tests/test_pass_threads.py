@@ -47,12 +47,15 @@ def test_threaded_passes_give_each_name_its_vector_in_order(tiny_bert_path):
     texts = names(300)
     where: List[str] = []
     hook = encoder.model.embeddings.register_forward_hook(lambda *_: where.append(threading.current_thread().name))
+    shares: List[int] = []
+    pool_map = encoder._pass_workers.map
+    encoder._pass_workers.map = lambda fn, items: shares.append(len(items)) or pool_map(fn, items)
     try:
         with torch_threads(2):
             assert encoder.pass_threads() == 2
             threaded = encoder.encode(texts, batch_size=64)
             assert {w.split("_")[0] for w in where} == {"sapbert-pass"}  # every pass ran in a worker
-            assert len({w for w in where}) == 2
+            assert shares and set(shares) == {2}  # each window in two shares
             encoder.threaded_passes = False
             where.clear()
             alone = encoder.encode(texts, batch_size=64)

@@ -35,6 +35,7 @@ SHORTLIST_MEMORY_MIN_NAMES = 35_000
 # 74,978 names 1.22x / 1.48x faster on 1 thread, 1.95x / 1.44x on 2; the HPO KB's 39,474 only 1.13x /
 # 1.07x on 1 thread, and the HPO default over the 2,292 abstracts was no faster with it (ad hoc).
 INT8_MIN_NAMES = 60_000
+INT32_LOW, INT32_HIGH = -(2**31), 2**31 - 1  # the range of the int8 pass's scores
 SHORTLIST_FILE = "shortlist.bf16.npy"  # uint16 bit patterns of bf16, padded with zero rows to whole chunks
 SHORTLIST_CHUNK = 1024  # names per chunk: the search keeps the chunks whose best bf16 score could matter
 TOP_K_CHUNK = 64  # columns per chunk for ``_top_k``: the k chunks with the best maxima hold a row's k best scores
@@ -258,10 +259,7 @@ class FlatIndex(FaissIndex):
                     maxima = _chunk_maxima(sims).float()
                 floors = (_top_k(sims, k, maxima)[0][:, -1:].float() - margin).squeeze(1).numpy()
                 query, row = _at_least(sims, maxima, floors)  # every name within the margin of the k-th best
-                counts = np.bincount(query, minlength=m)
-                crowded = np.flatnonzero(counts > SHORTLIST_MAX_NAMES)
-                fresh = ~np.isin(query, crowded)
-                best_scores, best_rows = self._exact_top_k(q, query[fresh], row[fresh], crowded.tolist(), k)
+                best_scores, best_rows = self._exact_top_k(q, query, row, k)
                 scores.append(best_scores)
                 rows.append(best_rows)
         self._scores = buffer
@@ -295,31 +293,32 @@ class FlatIndex(FaissIndex):
                 maxima = _chunk_maxima(ints)
                 first_query, first_row = np.repeat(np.arange(m), k), _top_k(ints, k, maxima)[1].numpy().ravel()
                 first = _exact_scores(base, q, torch.from_numpy(first_query), torch.from_numpy(first_row))
-                floors = np.floor((first.reshape(m, k).min(1) - bounds) / units).astype(np.int64) - 1
+                floors = np.floor((first.reshape(m, k).min(1) - bounds) / units)
+                # (a query near zero has tiny units: a floor beyond every int32 score keeps every name)
+                floors = np.clip(floors, INT32_LOW - 1, INT32_HIGH).astype(np.int64) - 1
                 query, row = _at_least(ints, maxima, floors)
-                counts = np.bincount(query, minlength=m)
-                crowded = np.flatnonzero(counts > SHORTLIST_MAX_NAMES)
-                fresh = ~np.isin(query, crowded)
-                known = ~np.isin(first_query, crowded)
-                fresh &= ~_pairs_in(query, row, first_query[known], first_row[known], n)
-                best_scores, best_rows = self._exact_top_k(q, query[fresh], row[fresh], crowded.tolist(), k,
-                                                           known=(first_query[known], first_row[known], first[known]))
+                best_scores, best_rows = self._exact_top_k(q, query, row, k, known=(first_query, first_row, first))
                 scores.append(best_scores)
                 rows.append(best_rows)
         self._scores = buffer
         return np.concatenate(scores), np.concatenate(rows).astype(np.int64)
 
-    def _exact_top_k(self, q, query: np.ndarray, row: np.ndarray, crowded: List[int], k: int,
+    def _exact_top_k(self, q, query: np.ndarray, row: np.ndarray, k: int,
                      known: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> Tuple[np.ndarray, np.ndarray]:
         """The best ``k`` names of each query of ``q`` (m, d), ties by row, from the exact scores of its
-        shortlisted (query, row) pairs, and of the ``known`` (query, row, exact score) ones; each
-        ``crowded`` query (none of its pairs given) is shortlisted from its fp32 scores of every name,
-        whose error is a thousandth of bf16's, and where fp32 cannot tell the names apart either, every
-        name's score is summed in float64."""
+        shortlisted (query, row) pairs, and of the ``known`` (query, row, exact score) ones (which may be
+        shortlisted too: scored once). A crowded query, with more than ``SHORTLIST_MAX_NAMES`` pairs, is
+        shortlisted again from its fp32 scores of every name, whose error is a thousandth of bf16's, and
+        where fp32 cannot tell the names apart either, every name's score is summed in float64."""
         import torch
 
         base = self._flat_vectors()
-        query, row = [query], [row]
+        crowded = np.flatnonzero(np.bincount(query, minlength=len(q)) > SHORTLIST_MAX_NAMES).tolist()
+        fresh = ~np.isin(query, crowded)
+        if known is not None:
+            known = tuple(part[~np.isin(known[0], crowded)] for part in known)  # type: ignore[assignment]
+            fresh &= ~_pairs_in(query, row, known[0], known[1], len(self))  # type: ignore[index]
+        query, row = [query[fresh]], [row[fresh]]
         scored: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = [known] if known is not None else []  # (query, row, exact score)
         if crowded:
             crowded_rows = torch.tensor(crowded)
