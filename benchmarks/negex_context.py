@@ -14,7 +14,10 @@ attribute is scored against the annotation: P, R, F, accuracy and the confusion 
 1-1,200 (dev: the only lines the lexicon was tuned on), lines 1,201-2,376 (test) and the whole set.
 negspacy's NegEx (``spacy_sapbert.negation.add_negation``, the package's negation before
 ``sapbert_context``) runs on the same spans for the negation baseline; GenNegEx v1.2's published
-whole-set figure (its README: F 0.946, accuracy 97.7%) is quoted beside them.
+whole-set figure (its README: F 0.946, accuracy 97.7%) is quoted beside them. Where the GenConText
+output file is there (``assets/negex/README.md``: ``ContextFeatureCheckResults.txt``, the Java ConText's
+answers for every line, committed by its authors beside the test set), it is scored on the same
+lines for every attribute: the reference implementation of the algorithm ``sapbert_context`` follows.
 
     python benchmarks/negex_context.py [--data assets/negex/rsAnnotations-1-120-random.txt]
 
@@ -40,6 +43,8 @@ from spacy.tokens import Doc, Span
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT / "assets" / "negex" / "rsAnnotations-1-120-random.txt"
+DEFAULT_GENCONTEXT = ROOT / "assets" / "negex" / "ContextFeatureCheckResults.txt"
+GENCONTEXT = "GenConText (its authors' output file)"
 OUTPUT = ROOT / "benchmarks" / "results" / "negex_context.json"
 DEV_LINES = 1200  # lines 1..1200: dev (tuning); 1201..: test
 
@@ -84,6 +89,29 @@ def read_rows(path: Path) -> List[Row]:
                 raise ValueError(f"{path}:{n}: unknown value in {negation!r}, {temporality!r}, {experiencer!r}")
             rows.append(Row(n, condition, sentence, negation, temporality, experiencer))
     return rows
+
+
+def read_gencontext(path: Path, rows: Sequence[Row]) -> List[Dict[str, bool]]:
+    """GenConText's answers per line from its output file: the test set's 7 columns (checked equal to
+    ``rows``), then its negation, temporality and experiencer in lower case."""
+    answers = []
+    with open(path, encoding="utf8", newline="") as f:
+        lines = [line.rstrip("\r\n").split("\t") for line in f]
+    if len(lines) != len(rows):
+        raise ValueError(f"{path}: {len(lines)} lines, the test set has {len(rows)}")
+    for n, (cols, row) in enumerate(zip(lines, rows), 1):
+        if len(cols) != 10:
+            raise ValueError(f"{path}:{n}: expected 10 tab-separated columns (the test set's 7, then negation, "
+                             f"temporality, experiencer), got {len(cols)}")
+        if cols[2:7] != [row.condition, row.sentence, row.negation, row.temporality, row.experiencer]:
+            raise ValueError(f"{path}:{n}: its first 7 columns are not the test set's line {row.line}")
+        negation, temporality, experiencer = cols[7:]
+        if negation not in ("affirmed", "negated") or temporality not in ("recent", "historical", "not particular") \
+                or experiencer not in ("patient", "other"):
+            raise ValueError(f"{path}:{n}: unknown answer in {negation!r}, {temporality!r}, {experiencer!r}")
+        answers.append({"negated": negation == "negated", "historical": temporality == "historical",
+                        "hypothetical": temporality == "not particular", "other": experiencer == "other"})
+    return answers
 
 
 def _find(words: Sequence[str], sentence: str) -> Optional[Tuple[int, int]]:
@@ -212,19 +240,20 @@ def evaluate(rows: Sequence[Row], predicted: Sequence[Optional[Dict[str, bool]]]
 def markdown(result: Dict[str, object]) -> str:
     lines = ["| split | attribute | system | P | R | F | accuracy | TP | FP | FN | TN |",
              "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+
+    def row(split: str, attr: str, system: str, s: Dict[str, float]) -> None:
+        lines.append(f"| {split} | {attr} | {system} | {s['precision']:.3f} | {s['recall']:.3f} | {s['f']:.3f} | "
+                     f"{s['accuracy']:.3f} | {s['tp']} | {s['fp']} | {s['fn']} | {s['tn']} |")
+
     for split in SPLITS:
         for attr in ATTRS:
-            s = result["sapbert_context"][split][attr]
-            lines.append(f"| {split} | {attr} | sapbert_context | {s['precision']:.3f} | {s['recall']:.3f} | {s['f']:.3f} | "
-                         f"{s['accuracy']:.3f} | {s['tp']} | {s['fp']} | {s['fn']} | {s['tn']} |")
+            row(split, attr, "sapbert_context", result["sapbert_context"][split][attr])
+            if result.get("gencontext"):
+                row(split, attr, GENCONTEXT, result["gencontext"][split][attr])
             if attr == "negated":
-                s = result["negspacy"][split]["negated"]
-                lines.append(f"| {split} | negated | negspacy negex (baseline) | {s['precision']:.3f} | {s['recall']:.3f} | "
-                             f"{s['f']:.3f} | {s['accuracy']:.3f} | {s['tp']} | {s['fp']} | {s['fn']} | {s['tn']} |")
+                row(split, attr, "negspacy negex (baseline)", result["negspacy"][split]["negated"])
                 if split == "whole set":
-                    g = GENNEGEX
-                    lines.append(f"| {split} | negated | {g['name']} | {g['precision']:.3f} | {g['recall']:.3f} | "
-                                 f"{g['f']:.3f} | {g['accuracy']:.3f} | {g['tp']} | {g['fp']} | {g['fn']} | {g['tn']} |")
+                    row(split, attr, GENNEGEX["name"], GENNEGEX)
     return "\n".join(lines)
 
 
@@ -258,6 +287,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the test set (assets/negex/README.md)")
     parser.add_argument("--output", type=Path, default=OUTPUT, help="where the JSON record goes ('-': nowhere)")
+    parser.add_argument("--gencontext", type=Path, default=DEFAULT_GENCONTEXT,
+                        help="GenConText's output file for the peer rows (assets/negex/README.md); skipped where missing")
     parser.add_argument("--errors", choices=ATTRS, default=None, help="print the dev half's errors for one attribute")
     args = parser.parse_args(argv)
     if not args.data.exists():
@@ -271,6 +302,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     component = context_nlp.get_pipe("sapbert_context")
     ours, ours_s = predictions(context_nlp, rows, context_reading)
     base, base_s = predictions(negspacy_pipeline(), rows, negex_reading)
+    gencontext = read_gencontext(args.gencontext, rows) if args.gencontext.exists() else None
+    if gencontext is None:
+        print(f"{args.gencontext} is missing: no GenConText rows (assets/negex/README.md says how to fetch it)")
     import negspacy
 
     result: Dict[str, object] = {
@@ -290,6 +324,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
         "historical_misses": misses_alone(rows, ours, "historical"),
         "negspacy": evaluate(rows, base, ("negated",)),
         "gennegex_published": GENNEGEX,
+        "gencontext": evaluate(rows, gencontext, ATTRS) if gencontext is not None else None,
     }
     table = markdown(result)
     result["table"] = table

@@ -70,13 +70,17 @@ def end_to_end_rows(end_to_end: Dict[str, object]) -> List[str]:
 
 
 def assertion_row(context: Dict[str, Any]) -> str:
-    """The ConText component's F on the NegEx/ConText test set's held-out half, beside GenNegEx's published figure."""
-    test = next(v for k, v in context["sapbert_context"].items() if k.startswith("test"))
-    scores = ", ".join(f"{attr} F {test[attr]['f']:.3f}" for attr in ("negated", "historical", "hypothetical"))
+    """The ConText component's F on the NegEx/ConText test set's held-out half, beside GenConText's on the
+    same half (where its output file was scored) and GenNegEx's published figure."""
+    def f_scores(table: Dict[str, Any]) -> str:
+        test = next(v for k, v in table.items() if k.startswith("test"))
+        return ", ".join(f"{attr} F {test[attr]['f']:.3f}" for attr in ("negated", "historical", "hypothetical"))
+
+    peer = f"; GenConText (its authors' output): {f_scores(context['gencontext'])}" if context.get("gencontext") else ""
     published = context["gennegex_published"]
     return (f"| assertion (`sapbert_context`, lexicon {context['rules_version']}) on the NegEx/ConText test set, lines "
-            f"1,201-2,376 (tuned on 1-1,200) | {scores}; {published['name']}: negated F {published['f']:.3f} | "
-            "(README) Clinical context |")
+            f"1,201-2,376 (tuned on 1-1,200) | {f_scores(context['sapbert_context'])}{peer}; {published['name']}: "
+            f"negated F {published['f']:.3f} | (README) Clinical context |")
 
 
 def render(results: Path) -> str:

@@ -552,6 +552,16 @@ def test_benchmark_reads_and_scores_the_test_set_layout(tmp_path):
     bad.write_text("1\tfever\tNo fever.\tNegated\tRecent\tPatient\n")
     with pytest.raises(ValueError, match="7 tab-separated"):
         read_rows(bad)
+    answers = tmp_path / "gencontext.txt"  # GenConText's output: the 7 columns, then its answers
+    answers.write_text("".join(f"{line}\t{a}\n" for line, a in zip(lines, [
+        "negated\trecent\tpatient", "affirmed\tnot particular\tpatient", "affirmed\trecent\tother"])))
+    peer = bench.read_gencontext(answers, rows)
+    assert peer[0] == {"negated": True, "historical": False, "hypothetical": False, "other": False}
+    assert peer[1]["hypothetical"] and peer[2]["other"] and not peer[2]["historical"]
+    assert bench.evaluate(rows, peer, ("historical",))["whole set"]["historical"]["fn"] == 1
+    answers.write_text(answers.read_text().replace("Return if", "Come back if"))
+    with pytest.raises(ValueError, match=r"gencontext.txt:2: its first 7 columns are not the test set's line 2"):
+        bench.read_gencontext(answers, rows)
 
 
 def test_a_saved_rules_file_need_not_exist_where_the_pipeline_is_loaded(tmp_path):

@@ -675,3 +675,9 @@ def test_summary_has_the_assertion_row(tmp_path, monkeypatch):
     assert row == ["| assertion (`sapbert_context`, lexicon 9.9.9) on the NegEx/ConText test set, lines 1,201-2,376 "
                    "(tuned on 1-1,200) | negated F 0.970, historical F 0.718, hypothetical F 0.960; GenNegEx: negated F "
                    "0.947 | (README) Clinical context |"]
+    context["gencontext"] = {"test (lines 1201-2376)": {
+        a: {"f": f} for a, f in (("negated", 0.98), ("historical", 0.6552), ("hypothetical", 0.96))}}
+    (tmp_path / "negex_context.json").write_text(json.dumps(context))
+    row = [line for line in summary.render(tmp_path).splitlines() if "assertion" in line]
+    assert "hypothetical F 0.960; GenConText (its authors' output): negated F 0.980, historical F 0.655, " \
+           "hypothetical F 0.960; GenNegEx: negated F 0.947 |" in row[0]
