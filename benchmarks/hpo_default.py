@@ -30,6 +30,7 @@ from fasthpocr_worker import run_fasthpocr  # benchmarks/fasthpocr_worker.py, be
 from readme_tables import update_readme  # benchmarks/readme_tables.py, beside this script
 
 from spacy_sapbert.defaults import DEFAULT_DETECTOR, HPO_NESTED, HPO_SPAN_FINDER
+from spacy_sapbert.evaluation.bootstrap import paired_difference, score_interval
 from spacy_sapbert.evaluation.datasets import DEFAULT_DATA_DIR, read_gscplus, read_pubtator
 from spacy_sapbert.evaluation.end_to_end import (
     Counts,
@@ -85,6 +86,20 @@ def pipeline(kb: Path, detector: str, settings: Dict[str, object]):
     return build_pipeline(kb, detector, label="PHENOTYPE", span_finder_config=config, nested=settings.get("nested"))  # type: ignore[arg-type]
 
 
+def document_counts(nlp, docs, nested: bool = True) -> List[Counts]:
+    """Each document's end-to-end counts, every linked span counted (with ``nested``, the span group's too)."""
+    linker = nlp.get_pipe("sapbert_linker")
+    return [score_document(gold_spans(d), predicted_spans(doc, linker, nested=nested))
+            for d, doc in zip(docs, nlp.pipe([d.text for d in docs]))]
+
+
+def summed(per_doc: Sequence[Counts]) -> Counts:
+    total = Counts()
+    for c in per_doc:
+        total.add(c)
+    return total
+
+
 def score(nlp, docs) -> Dict[str, object]:
     """End-to-end scores counting every linked span, nested ones (the span group) included, and,
     under ``ents_only``, the same run scored on ``doc.ents`` alone."""
@@ -96,19 +111,33 @@ def score(nlp, docs) -> Dict[str, object]:
     return {**summarize_counts(total), "ents_only": summarize_counts(ents_only)}
 
 
-def score_fasthpocr(python: str, kb: Path, docs, longest_match: bool) -> Dict[str, object]:
-    """FastHPOCR's annotations of ``docs`` scored as ``score`` scores ours: one predicted span per
-    distinct offsets, with every concept FastHPOCR gives it that the KB holds."""
+def fasthpocr_label(longest_match: bool) -> str:
+    return f"FastHPOCR, {'longest match' if longest_match else 'all matches'}"
+
+
+def fasthpocr_counts(python: str, kb: Path, docs, longest_match: bool) -> List[Counts]:
+    """FastHPOCR's annotations of each document scored as ours are: one predicted span per distinct
+    offsets, with every concept FastHPOCR gives it that the KB holds."""
     concepts = set(ConceptKB.from_disk(kb).concept_ids)
     found = run_fasthpocr(python, [d.text for d in docs], FASTHPOCR_INDEX, longest_match=longest_match)
-    total = Counts()
+    per_doc = []
     for d, tagged in zip(docs, found["annotations"]):
         spans: Dict[tuple, List[str]] = {}
         for start, end, concept in tagged:
             if concept in concepts:
                 spans.setdefault((start, end), []).append(concept)
-        total.add(score_document(gold_spans(d), [PredictedSpan(s, e, tuple(dict.fromkeys(c))) for (s, e), c in spans.items()]))
-    return {"detector": f"FastHPOCR, {'longest match' if longest_match else 'all matches'}", **summarize_counts(total)}
+        per_doc.append(score_document(gold_spans(d), [PredictedSpan(s, e, tuple(dict.fromkeys(c))) for (s, e), c in spans.items()]))
+    return per_doc
+
+
+def uncertainty(shipped: Sequence[Counts], peers: Dict[str, Sequence[Counts]]) -> Dict[str, object]:
+    """Link F1 with its bootstrap interval over the dev documents, for the shipped default and each
+    peer, and the paired interval of the shipped default's lead over each peer (``evaluation.bootstrap``)."""
+    out: Dict[str, object] = {"span finder, shipped": score_interval(shipped)}
+    for name, counts in peers.items():
+        out[name] = score_interval(counts)
+        out[f"span finder, shipped - {name}"] = paired_difference(shipped, counts)
+    return out
 
 
 def miss_kinds(nlp, docs) -> Dict[str, List[str]]:
@@ -153,6 +182,18 @@ def speed(kb: Path, detector: str, settings: Dict[str, object], texts: Sequence[
     return {"abstracts": len(texts), "seconds": round(seconds, 2), "abstracts_per_s": round(len(texts) / seconds, 1), "mentions": n_ents}
 
 
+def uncertainty_sentence(found: Dict[str, Dict[str, float]]) -> str:
+    """The intervals of ``uncertainty`` in words."""
+    first = next(iter(found.values()))
+    scores = "; ".join(f"{name} {v['value']:.3f} [{v['low']:.3f}, {v['high']:.3f}]" for name, v in found.items() if "value" in v)
+    leads = "; ".join(f"{name.split(' - ')[0]} minus {name.split(' - ')[1]} {v['difference']:+.3f} [{v['low']:+.3f}, "
+                      f"{v['high']:+.3f}], higher in {100 * v['first_higher']:.0f}% of the resamples"
+                      for name, v in found.items() if "difference" in v)
+    return (f"How far these link F1 figures could move with other abstracts ({100 * first['level']:.0f}% intervals over "
+            f"{first['resamples']:,} bootstrap resamples of the {first['documents']} dev abstracts, "
+            f"`spacy_sapbert.evaluation.bootstrap`): {scores}" + (f". Paired, on the same resamples: {leads}." if leads else "."))
+
+
 def render(result: Dict[str, object]) -> str:
     """The HPO-DEFAULT block: ruler vs the shipped span finder on GSC+ dev, the misses, the speed."""
     rows = result["grid"]  # type: ignore[index]
@@ -182,6 +223,8 @@ def render(result: Dict[str, object]) -> str:
         if row:
             settings = "–" if "resolve" not in row else ", ".join(f"{k} {row[k]}" for k in best)  # type: ignore[index]
             lines.append(f"| {name} | {settings} | " + " | ".join(f"{row[k]:.3f}" for k in keys) + " |")  # type: ignore[index]
+    if result.get("uncertainty"):
+        lines += ["", uncertainty_sentence(result["uncertainty"])]  # type: ignore[arg-type]
     lines += ["", f"Best of the {len(rows) - 1} span-finder settings on dev by link F1: "
               + ", ".join(f"{k} {v}" for k, v in best.items()) + "."]  # type: ignore[union-attr]
     misses = result["default_misses_on_dev"]
@@ -241,9 +284,13 @@ def main(argv: Sequence[str] = ()) -> Dict[str, object]:
     result["shipped_on_dev"] = next((r for r in rows[1:] if all(r[k] == v for k, v in shipped.items())), None)
     misses = miss_kinds(pipeline(kb, "span_finder", shipped), dev)
     result["default_misses_on_dev"] = {k: {"count": len(v), "examples": v[:8]} for k, v in sorted(misses.items(), key=lambda kv: -len(kv[1]))}
-    if args.fasthpocr_python:
-        result["fasthpocr"] = [score_fasthpocr(args.fasthpocr_python, kb, dev, longest) for longest in (False, True)]
+    peers = {fasthpocr_label(longest): fasthpocr_counts(args.fasthpocr_python, kb, dev, longest)
+             for longest in (False, True)} if args.fasthpocr_python else {}
+    if peers:
+        result["fasthpocr"] = [{"detector": name, **summarize_counts(summed(c))} for name, c in peers.items()]
         print(json.dumps(result["fasthpocr"]), flush=True)
+    result["uncertainty"] = uncertainty(document_counts(pipeline(kb, "span_finder", shipped), dev), peers)
+    print(json.dumps(result["uncertainty"]), flush=True)
     texts = [d.text for name in ("ncbi-disease/NCBItestset_corpus.txt", "bc5cdr/CDR_TestSet.PubTator.txt") for d in read_pubtator(DEFAULT_DATA_DIR / name)]
     ruler_speed = speed(kb, "ruler", {}, texts)
     finder_speed = speed(kb, "span_finder", shipped, texts)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from spacy_sapbert.evaluation.end_to_end import summarize_counts
 from spacy_sapbert.kb import ConceptKB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -360,11 +361,16 @@ def test_fasthpocr_is_scored_on_gsc_as_the_default_is(kb_folder, monkeypatch):
     reply = {"annotations": [[[0, 8, "HP:1"], [0, 8, "HP:9"], [18, 24, "HP:2"], [13, 17, "HP:0000006"]]]}
     asked = []
     monkeypatch.setattr(hpo_default, "run_fasthpocr", lambda python, texts, cache, longest_match: asked.append((texts, longest_match)) or reply)
-    row = hpo_default.score_fasthpocr("python", kb, [doc], longest_match=True)
-    assert asked == [([text], True)]
-    assert row["detector"] == "FastHPOCR, longest match"
+    per_doc = hpo_default.fasthpocr_counts("python", kb, [doc], longest_match=True)
+    assert asked == [([text], True)] and hpo_default.fasthpocr_label(True) == "FastHPOCR, longest match"
+    row = summarize_counts(hpo_default.summed(per_doc))
     assert (row["mention_p"], row["mention_r"]) == (0.5, 0.5)  # "Seizures" right; "ataxia" not the gold "mild ataxia"
     assert (row["link_p"], row["link_r"]) == (0.5, 0.5)  # HP:9 and HP:0000006 are not in the KB: dropped
+    found = hpo_default.uncertainty(per_doc * 3, {"peer": per_doc * 3})
+    assert found["span finder, shipped - peer"]["difference"] == 0.0 and found["peer"]["value"] == 0.5
+    sentence = hpo_default.uncertainty_sentence(found)
+    assert "span finder, shipped 0.500 [0.500, 0.500]; peer 0.500" in sentence
+    assert "span finder, shipped minus peer +0.000 [+0.000, +0.000], higher in 0% of the resamples" in sentence
 
 
 def test_consistency_is_chosen_on_dev_gold_spans_and_set_on_the_linker(monkeypatch):
