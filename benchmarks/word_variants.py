@@ -8,8 +8,10 @@ Each setting builds a KB from HPO's phenotypic abnormalities plus the names the 
 (``spacy_sapbert/data/word_variants.json``, mined from the ontologies alone) generates, into
 ``corpus/cache/word-variant-kbs/`` (kept: a rerun reuses it; see ``variant_kb``), stamps the shipped NIL threshold as the
 default KB has it, and scores the default pipeline (``hpo_default.pipeline`` with the shipped
-span-finder settings) end to end with nested spans counted (``hpo_default.score``). Only GSC+ dev is
-read. Writes ``benchmarks/results/word_variants.json`` with the load average of the run.
+span-finder settings) end to end with nested spans counted (``hpo_default.document_counts``), each
+row with its link F1 lead over the default and that lead's interval over bootstrap resamples of the
+dev abstracts (``evaluation.bootstrap.paired_difference``). Only GSC+ dev is read. Writes
+``benchmarks/results/word_variants.json`` with the load average of the run.
 
 ``--medic``: the span finder end to end on NCBI-disease and BC5CDR-disease with the ontology
 dictionary (MEDIC alone) against the same with the variant names (``ontology+variants``: the
@@ -29,11 +31,13 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
-from hpo_default import GSC_DEV, miss_kinds, pipeline, score, shipped_settings  # beside this script
+from hpo_default import GSC_DEV, document_counts, miss_kinds, pipeline, shipped_settings, summed  # beside this script
 from readme_tables import update_readme  # beside this script
 
 from spacy_sapbert.encoder import SapEncoder, resolve_encoder_path
+from spacy_sapbert.evaluation.bootstrap import paired_difference
 from spacy_sapbert.evaluation.datasets import read_gscplus
+from spacy_sapbert.evaluation.end_to_end import Counts, summarize_counts
 from spacy_sapbert.fileio import atomic_open, read_json, write_json
 from spacy_sapbert.hpo_kb import apply_shipped_calibration, default_kb_path, hpo_records
 from spacy_sapbert.index import VectorIndex
@@ -167,15 +171,22 @@ def render(hpo: Dict[str, object], medic_result: Optional[Dict[str, object]]) ->
         "Hand-checked precision of 100 random pairs (`benchmarks/results/word_variants_sample.tsv`): "
         + ", ".join(f"{k} {c['correct']}/{c['judged']}" for k, c in sample.items()) + ".",
         "",
-        "| GSC+ dev, default pipeline | generated names | mention_p | mention_r | mention_f1 | link_p | link_r | link_f1 |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|",
+        "| GSC+ dev, default pipeline | generated names | mention_p | mention_r | mention_f1 | link_p | link_r | link_f1 | link_f1 - default, 95% interval |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in hpo["rows"]:  # type: ignore[union-attr]
         name = r["kb"] if r["kb"] != "variants" else f"variant names: max_variants {r['max_variants']}, min_substitution_votes {r['min_substitution_votes']}"
         if r.get("span_finder"):
             name += "; span finder " + ", ".join(f"{k} {v}" for k, v in r["span_finder"].items())
+        lead = r.get("vs_default")
         lines.append(f"| {name} | {r.get('generated_names', 0)} | " + " | ".join(f"{r[k]:.3f}" for k in
-                     ("mention_p", "mention_r", "mention_f1", "link_p", "link_r", "link_f1")) + " |")
+                     ("mention_p", "mention_r", "mention_f1", "link_p", "link_r", "link_f1"))
+                     + (f" | {lead['difference']:+.3f} [{lead['low']:+.3f}, {lead['high']:+.3f}] |" if lead else " | – |"))
+    lead = next((r["vs_default"] for r in hpo["rows"] if r.get("vs_default")), None)  # type: ignore[union-attr]
+    if lead:
+        lines.append(f"\nThe last column: each row's link F1 less the default's, and its {100 * lead['level']:.0f}% interval over "
+                     f"{lead['resamples']:,} bootstrap resamples of the {lead['documents']} dev abstracts, both scored on the same "
+                     "resamples (`spacy_sapbert/evaluation/bootstrap.py`).")
     lines.append(f"\nLoad average during the run: {hpo['load_average']}.")
     misses = dict(hpo.get("misses_of_best") or {})  # type: ignore[call-overload]
     if misses:
@@ -220,19 +231,24 @@ def main(argv: Sequence[str] = ()) -> Dict[str, object]:
     encoder = SapEncoder.load(resolve_encoder_path(None))
     dev = read_gscplus(args.gsc)
     settings = shipped_settings()
-    rows: List[Dict[str, object]] = [{"kb": "default (no variants)", **score(pipeline(default_kb_path(encoder), "span_finder", settings), dev)}]
-    print(json.dumps(rows[-1]), flush=True)
-    for proposal in PROPOSAL_SETTINGS:  # the span finder's own variant proposals, over the default KB
-        rows.append({"kb": "default (no variants)", "span_finder": proposal,
-                     **score(pipeline(default_kb_path(encoder), "span_finder", {**settings, **proposal}), dev)})
+    default = document_counts(pipeline(default_kb_path(encoder), "span_finder", settings), dev)
+    rows: List[Dict[str, object]] = []
+
+    def add(row: Dict[str, object], per_doc: Sequence[Counts]) -> None:
+        """The row's scores, and its link F1 lead over the default on the same resamples of the dev abstracts."""
+        rows.append({**row, **summarize_counts(summed(per_doc)), "vs_default": paired_difference(per_doc, default)})
         print(json.dumps(rows[-1]), flush=True)
+
+    add({"kb": "default (no variants)"}, default)
+    for proposal in PROPOSAL_SETTINGS:  # the span finder's own variant proposals, over the default KB
+        add({"kb": "default (no variants)", "span_finder": proposal},
+            document_counts(pipeline(default_kb_path(encoder), "span_finder", {**settings, **proposal}), dev))
     for i, options in enumerate(SETTINGS):
         if args.only is not None and i not in args.only:
             continue
         kb = variant_kb(options, encoder)
         n_generated = len(json.loads((kb / "generated_names.json").read_text())["names"])
-        rows.append({"kb": "variants", **options, "generated_names": n_generated, **score(pipeline(kb, "span_finder", settings), dev)})
-        print(json.dumps(rows[-1]), flush=True)
+        add({"kb": "variants", **options, "generated_names": n_generated}, document_counts(pipeline(kb, "span_finder", settings), dev))
     result: Dict[str, object] = {
         "command": "python benchmarks/word_variants.py " + " ".join(argv or sys.argv[1:]),
         "dev": str(args.gsc),

@@ -687,3 +687,18 @@ def test_summary_has_the_assertion_row(tmp_path, monkeypatch):
     row = [line for line in summary.render(tmp_path).splitlines() if "assertion" in line]
     assert "hypothetical F 0.960; GenConText (its authors' output): negated F 0.980, historical F 0.655, " \
            "hypothetical F 0.960; GenNegEx: negated F 0.947 |" in row[0]
+
+
+def test_word_variants_rows_show_their_lead_over_the_default_with_its_interval(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    word_variants = _load("word_variants")
+    scores = {k: 0.5 for k in ("mention_p", "mention_r", "mention_f1", "link_p", "link_r", "link_f1")}
+    lead = {"difference": 0.005, "low": -0.03, "high": 0.04, "first_higher": 0.6, "level": 0.95, "resamples": 2000, "documents": 22}
+    hpo = {"command": "python benchmarks/word_variants.py", "load_average": [0.5], "rows": [
+        {"kb": "default (no variants)", **scores, "vs_default": {**lead, "difference": 0.0, "low": 0.0, "high": 0.0}},
+        {"kb": "default (no variants)", "span_finder": {"min_variant_score": 0.9}, **scores, "vs_default": lead}],
+        "table": {"candidates": {"substitution": 1}, "word_order": ["of"], "thresholds": {}, "sources": {}}}
+    monkeypatch.setattr(word_variants, "sample_precision", lambda: {})
+    block = word_variants.render(hpo, None)
+    assert "| default (no variants); span finder min_variant_score 0.9 | 0 | 0.500 | 0.500 | 0.500 | 0.500 | 0.500 | 0.500 | +0.005 [-0.030, +0.040] |" in block
+    assert "95% interval over 2,000 bootstrap resamples of the 22 dev abstracts" in block

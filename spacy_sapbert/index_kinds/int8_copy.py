@@ -1,8 +1,9 @@
 """An int8 copy of a flat index's vectors: the first pass of exact search where bf16 is slow.
 
 On a CPU without fast bf16 (AVX2 alone, or AVX-512 without AMX) the flat index's fp32 matrix product
-is most of a search's time. ``torch._int_mm`` multiplies int8 matrices into exact int32 sums at
-about twice fp32's rate there (as AVX2, 2 threads, 128 queries × 74,978 names: 31 ms against 55, ad hoc).
+is most of a search's time. ``torch._int_mm`` multiplies int8 matrices into exact int32 sums faster
+than fp32 there (the whole search, as AVX2: ``benchmarks/results/flat_search_avx2.json``, and the
+figures beside ``INT8_MIN_NAMES`` in ``flat.py``).
 An int8 score differs from the true one by at most a bound this module computes for each query
 (``Int8Copy.quantize``). The k names with the best int8 scores are scored exactly first; the k-th
 best of those exact scores is a floor under the true k-th best, so a name whose int8 score is more
