@@ -607,6 +607,16 @@ def test_negex_is_a_deprecated_alias_of_negated():
     ("Her nausea and vomiting resolved.", "vomiting", "negated", True),
     ("She is a 40-year-old woman with asthma.", "asthma", "historical", False),
     ("ALLERGIES: Penicillin.", "Penicillin", "section", "allergy"),
+    # lexicon 1.11.0: a review-of-systems answer after a colon, and "unlikely to be"
+    ("Fever: negative. Cough: positive.", "Fever", "negated", True),
+    ("Fever: negative. Cough: positive.", "Cough", "negated", False),
+    ("Chills: neg.", "Chills", "negated", True),
+    ("Edema: absent.", "Edema", "negated", True),
+    ("Unlikely to be malignant lymphoma.", "malignant lymphoma", "negated", True),
+    ("The lesion is unlikely to represent metastasis.", "metastasis", "negated", True),
+    # ... but the tokens of a compound adjective negate nothing ("- negative" is no trigger)
+    ("A rectal exam for the diarrhea was heme-negative.", "diarrhea", "negated", False),
+    ("Breast cancer was ER-negative.", "Breast cancer", "negated", False),
 ])
 def test_issue_examples(nlp, text, target, attr, value):
     (span,) = run(nlp, text, target)
