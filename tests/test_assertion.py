@@ -614,6 +614,12 @@ def test_negex_is_a_deprecated_alias_of_negated():
     ("Edema: absent.", "Edema", "negated", True),
     ("Unlikely to be malignant lymphoma.", "malignant lymphoma", "negated", True),
     ("The lesion is unlikely to represent metastasis.", "metastasis", "negated", True),
+    ("ROS: negative for fever.", "fever", "negated", True),  # forward, not ": negative" backward
+    ("Family history is negative for diabetes.", "diabetes", "negated", True),  # not medspaCy's backward "is negative"
+    ("Presumed sepsis.", "sepsis", "uncertain", True),
+    ("Hypotension, possibly due to dehydration.", "dehydration", "uncertain", True),
+    ("Hypotension, possibly due to dehydration.", "Hypotension", "uncertain", False),
+    ("Presumed transcription factors have a role in the growth of lipomas.", "lipomas", "uncertain", False),  # 3 words
     # ... but the tokens of a compound adjective negate nothing ("- negative" is no trigger)
     ("A rectal exam for the diarrhea was heme-negative.", "diarrhea", "negated", False),
     ("Breast cancer was ER-negative.", "Breast cancer", "negated", False),
