@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import spacy
 import torch
@@ -86,29 +86,22 @@ def pipeline(kb: Path, detector: str, settings: Dict[str, object]):
     return build_pipeline(kb, detector, label="PHENOTYPE", span_finder_config=config, nested=settings.get("nested"))  # type: ignore[arg-type]
 
 
-def document_counts(nlp, docs, nested: bool = True) -> List[Counts]:
-    """Each document's end-to-end counts, every linked span counted (with ``nested``, the span group's too)."""
+def document_counts(nlp, docs) -> Tuple[List[Counts], List[Counts]]:
+    """Each document's end-to-end counts of one run, every linked span counted, nested ones (the span
+    group) included, and the same scored on ``doc.ents`` alone."""
     linker = nlp.get_pipe("sapbert_linker")
-    return [score_document(gold_spans(d), predicted_spans(doc, linker, nested=nested))
-            for d, doc in zip(docs, nlp.pipe([d.text for d in docs]))]
-
-
-def summed(per_doc: Sequence[Counts]) -> Counts:
-    total = Counts()
-    for c in per_doc:
-        total.add(c)
-    return total
+    every, ents_only = [], []
+    for d, doc in zip(docs, nlp.pipe([d.text for d in docs])):
+        every.append(score_document(gold_spans(d), predicted_spans(doc, linker)))
+        ents_only.append(score_document(gold_spans(d), predicted_spans(doc, linker, nested=False)))
+    return every, ents_only
 
 
 def score(nlp, docs) -> Dict[str, object]:
-    """End-to-end scores counting every linked span, nested ones (the span group) included, and,
-    under ``ents_only``, the same run scored on ``doc.ents`` alone."""
-    linker = nlp.get_pipe("sapbert_linker")
-    total, ents_only = Counts(), Counts()
-    for d, doc in zip(docs, nlp.pipe([d.text for d in docs])):
-        total.add(score_document(gold_spans(d), predicted_spans(doc, linker)))
-        ents_only.add(score_document(gold_spans(d), predicted_spans(doc, linker, nested=False)))
-    return {**summarize_counts(total), "ents_only": summarize_counts(ents_only)}
+    """End-to-end scores counting every linked span (``document_counts``), and, under ``ents_only``,
+    the same run scored on ``doc.ents`` alone."""
+    every, ents_only = document_counts(nlp, docs)
+    return {**summarize_counts(Counts.total(every)), "ents_only": summarize_counts(Counts.total(ents_only))}
 
 
 def fasthpocr_label(longest_match: bool) -> str:
@@ -287,9 +280,9 @@ def main(argv: Sequence[str] = ()) -> Dict[str, object]:
     peers = {fasthpocr_label(longest): fasthpocr_counts(args.fasthpocr_python, kb, dev, longest)
              for longest in (False, True)} if args.fasthpocr_python else {}
     if peers:
-        result["fasthpocr"] = [{"detector": name, **summarize_counts(summed(c))} for name, c in peers.items()]
+        result["fasthpocr"] = [{"detector": name, **summarize_counts(Counts.total(c))} for name, c in peers.items()]
         print(json.dumps(result["fasthpocr"]), flush=True)
-    result["uncertainty"] = uncertainty(document_counts(pipeline(kb, "span_finder", shipped), dev), peers)
+    result["uncertainty"] = uncertainty(document_counts(pipeline(kb, "span_finder", shipped), dev)[0], peers)
     print(json.dumps(result["uncertainty"]), flush=True)
     texts = [d.text for name in ("ncbi-disease/NCBItestset_corpus.txt", "bc5cdr/CDR_TestSet.PubTator.txt") for d in read_pubtator(DEFAULT_DATA_DIR / name)]
     ruler_speed = speed(kb, "ruler", {}, texts)

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
-from hpo_default import GSC_DEV, document_counts, miss_kinds, pipeline, shipped_settings, summed  # beside this script
+from hpo_default import GSC_DEV, document_counts, miss_kinds, pipeline, shipped_settings  # beside this script
 from readme_tables import update_readme  # beside this script
 
 from spacy_sapbert.encoder import SapEncoder, resolve_encoder_path
@@ -231,24 +231,24 @@ def main(argv: Sequence[str] = ()) -> Dict[str, object]:
     encoder = SapEncoder.load(resolve_encoder_path(None))
     dev = read_gscplus(args.gsc)
     settings = shipped_settings()
-    default = document_counts(pipeline(default_kb_path(encoder), "span_finder", settings), dev)
+    default = document_counts(pipeline(default_kb_path(encoder), "span_finder", settings), dev)[0]
     rows: List[Dict[str, object]] = []
 
     def add(row: Dict[str, object], per_doc: Sequence[Counts]) -> None:
         """The row's scores, and its link F1 lead over the default on the same resamples of the dev abstracts."""
-        rows.append({**row, **summarize_counts(summed(per_doc)), "vs_default": paired_difference(per_doc, default)})
+        rows.append({**row, **summarize_counts(Counts.total(per_doc)), "vs_default": paired_difference(per_doc, default)})
         print(json.dumps(rows[-1]), flush=True)
 
     add({"kb": "default (no variants)"}, default)
     for proposal in PROPOSAL_SETTINGS:  # the span finder's own variant proposals, over the default KB
         add({"kb": "default (no variants)", "span_finder": proposal},
-            document_counts(pipeline(default_kb_path(encoder), "span_finder", {**settings, **proposal}), dev))
+            document_counts(pipeline(default_kb_path(encoder), "span_finder", {**settings, **proposal}), dev)[0])
     for i, options in enumerate(SETTINGS):
         if args.only is not None and i not in args.only:
             continue
         kb = variant_kb(options, encoder)
         n_generated = len(json.loads((kb / "generated_names.json").read_text())["names"])
-        add({"kb": "variants", **options, "generated_names": n_generated}, document_counts(pipeline(kb, "span_finder", settings), dev))
+        add({"kb": "variants", **options, "generated_names": n_generated}, document_counts(pipeline(kb, "span_finder", settings), dev)[0])
     result: Dict[str, object] = {
         "command": "python benchmarks/word_variants.py " + " ".join(argv or sys.argv[1:]),
         "dev": str(args.gsc),

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from spacy_sapbert.evaluation.end_to_end import summarize_counts
+from spacy_sapbert.evaluation.end_to_end import Counts, summarize_counts
 from spacy_sapbert.kb import ConceptKB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -363,7 +363,7 @@ def test_fasthpocr_is_scored_on_gsc_as_the_default_is(kb_folder, monkeypatch):
     monkeypatch.setattr(hpo_default, "run_fasthpocr", lambda python, texts, cache, longest_match: asked.append((texts, longest_match)) or reply)
     per_doc = hpo_default.fasthpocr_counts("python", kb, [doc], longest_match=True)
     assert asked == [([text], True)] and hpo_default.fasthpocr_label(True) == "FastHPOCR, longest match"
-    row = summarize_counts(hpo_default.summed(per_doc))
+    row = summarize_counts(Counts.total(per_doc))
     assert (row["mention_p"], row["mention_r"]) == (0.5, 0.5)  # "Seizures" right; "ataxia" not the gold "mild ataxia"
     assert (row["link_p"], row["link_r"]) == (0.5, 0.5)  # HP:9 and HP:0000006 are not in the KB: dropped
     found = hpo_default.uncertainty(per_doc * 3, {"peer": per_doc * 3})

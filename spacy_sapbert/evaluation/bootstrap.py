@@ -24,13 +24,6 @@ def link_f1(c: Counts) -> float:
     return prf(c.link_right, c.link_predicted, c.link_right, c.link_gold)[2]
 
 
-def _summed(per_doc: Sequence[Counts], picks: np.ndarray) -> Counts:
-    total = Counts()
-    for i in picks:
-        total.add(per_doc[int(i)])
-    return total
-
-
 def _picks(n_docs: int, resamples: int, seed: int) -> np.ndarray:
     if n_docs < 2:
         raise ValueError(f"a bootstrap over documents needs at least 2 documents, got {n_docs}")
@@ -45,8 +38,8 @@ def _interval(values: np.ndarray, level: float) -> Dict[str, float]:
 def score_interval(per_doc: Sequence[Counts], metric: Callable[[Counts], float] = link_f1, resamples: int = RESAMPLES,
                    level: float = LEVEL, seed: int = 0) -> Dict[str, float]:
     """The metric on all documents and its percentile interval over ``resamples`` resamples of them."""
-    values = np.array([metric(_summed(per_doc, p)) for p in _picks(len(per_doc), resamples, seed)])
-    return {"value": round(metric(_summed(per_doc, np.arange(len(per_doc)))), 4), **_interval(values, level),
+    values = np.array([metric(Counts.total(per_doc[int(i)] for i in p)) for p in _picks(len(per_doc), resamples, seed)])
+    return {"value": round(metric(Counts.total(per_doc)), 4), **_interval(values, level),
             "level": level, "resamples": resamples, "documents": len(per_doc)}
 
 
@@ -58,8 +51,8 @@ def paired_difference(first: Sequence[Counts], second: Sequence[Counts], metric:
     if len(first) != len(second):
         raise ValueError(f"paired counts need the same documents: {len(first)} against {len(second)}")
     picks = _picks(len(first), resamples, seed)
-    differences = np.array([metric(_summed(first, p)) - metric(_summed(second, p)) for p in picks])
-    everything = np.arange(len(first))
-    return {"difference": round(metric(_summed(first, everything)) - metric(_summed(second, everything)), 4),
+    differences = np.array([metric(Counts.total(first[int(i)] for i in p)) - metric(Counts.total(second[int(i)] for i in p))
+                            for p in picks])
+    return {"difference": round(metric(Counts.total(first)) - metric(Counts.total(second)), 4),
             **_interval(differences, level), "first_higher": round(float(np.mean(differences > 0)), 4),
             "level": level, "resamples": resamples, "documents": len(first)}

@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..kb import ConceptKB
 from . import datasets
@@ -150,6 +150,14 @@ class Counts:
     def add(self, other: "Counts") -> None:
         for key, value in vars(other).items():
             setattr(self, key, getattr(self, key) + value)
+
+    @classmethod
+    def total(cls, per_doc: Iterable["Counts"]) -> "Counts":
+        """The sums over documents' counts."""
+        out = cls()
+        for c in per_doc:
+            out.add(c)
+        return out
 
 
 def score_document(
