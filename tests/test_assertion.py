@@ -633,9 +633,15 @@ def test_issue_examples(nlp, text, target, attr, value):
 # A battery of clinical-note phrasings (sections, family members, review of systems, negation, history,
 # instructions, hedges), written for lexicon 1.11.0 from how notes are written, not from the NegEx/ConText set:
 # a lexicon change that breaks one shows here (1.11.0's first draft had ": negative" swallow "negative for").
-# Known gaps, left as they are: "X was excluded" (also an exclusion criterion in research abstracts:
-# "patients with diabetes were excluded"), "no longer has X", "? X", "X vs Y", "may have X", "childhood X".
+# Known gaps, left as they are: "X were excluded" (in research abstracts mostly an exclusion criterion:
+# "patients with diabetes were excluded"), "? X", "X vs Y", "may have X", "childhood X".
 CLINICAL_PHRASINGS = [
+    ("Pulmonary embolism was excluded.", "Pulmonary embolism", "negated", True),
+    ("Postrenal failure has been excluded by ultrasound.", "Postrenal failure", "negated", True),
+    ("Patients with diabetes were excluded.", "diabetes", "negated", False),
+    ("Pain did not depend on the site of PHN (trigeminal involvement was excluded).", "PHN", "negated", False),  # 3 words
+    ("No longer has headaches.", "headaches", "negated", True),
+    ("She no longer had seizures after the change.", "seizures", "negated", True),
     ("h/o seizures.", "seizures", "historical", True),
     ("Hx of asthma.", "asthma", "historical", True),
     ("PMHx: asthma, diabetes.", "asthma", "historical", True),
