@@ -35,6 +35,7 @@ from spacy_sapbert.evaluation.datasets import DEFAULT_DATA_DIR, read_gscplus, re
 from spacy_sapbert.evaluation.end_to_end import (
     Counts,
     PredictedSpan,
+    f1_of,
     gold_spans,
     predicted_spans,
     score_document,
@@ -126,10 +127,11 @@ def fasthpocr_counts(python: str, kb: Path, docs, longest_match: bool) -> List[C
 def uncertainty(shipped: Sequence[Counts], peers: Dict[str, Sequence[Counts]]) -> Dict[str, object]:
     """Link F1 with its bootstrap interval over the dev documents, for the shipped default and each
     peer, and the paired interval of the shipped default's lead over each peer (``evaluation.bootstrap``)."""
-    out: Dict[str, object] = {"span finder, shipped": score_interval(shipped)}
+    link_f1 = f1_of("link")
+    out: Dict[str, object] = {"span finder, shipped": score_interval(shipped, link_f1)}
     for name, counts in peers.items():
-        out[name] = score_interval(counts)
-        out[f"span finder, shipped - {name}"] = paired_difference(shipped, counts)
+        out[name] = score_interval(counts, link_f1)
+        out[f"span finder, shipped - {name}"] = paired_difference(shipped, counts, link_f1)
     return out
 
 

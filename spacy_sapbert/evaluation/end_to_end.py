@@ -30,10 +30,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..kb import ConceptKB
 from . import datasets
+from .bootstrap import score_interval
 from .datasets import Document
 from .metrics import concept_matches
 from .preprocess import Query, select_gold_ids
@@ -200,15 +201,31 @@ def score_document(
     return c
 
 
+# What each reported rate divides: (right predictions, predictions, gold found, gold), for ``prf``
+RATES: Dict[str, Callable[[Counts], Tuple[int, int, int, int]]] = {
+    "mention": lambda c: (c.exact, c.predicted, c.exact, c.gold),
+    "overlap": lambda c: (c.overlap_predicted, c.predicted, c.overlap_gold, c.gold),
+    "link": lambda c: (c.link_right, c.link_predicted, c.link_right, c.link_gold),
+    "doc": lambda c: (c.doc_predicted_right, c.doc_predicted, c.doc_gold_found, c.doc_gold),
+}
+
+
 def summarize_counts(c: Counts) -> Dict[str, float]:
     """The reported rates (fractions, 4 decimals)."""
-    rates = {
-        "mention": prf(c.exact, c.predicted, c.exact, c.gold),
-        "overlap": prf(c.overlap_predicted, c.predicted, c.overlap_gold, c.gold),
-        "link": prf(c.link_right, c.link_predicted, c.link_right, c.link_gold),
-        "doc": prf(c.doc_predicted_right, c.doc_predicted, c.doc_gold_found, c.doc_gold),
-    }
-    return {f"{k}_{m}": round(v, 4) for k, (p, r, f) in rates.items() for m, v in (("p", p), ("r", r), ("f1", f))}
+    return {f"{k}_{m}": round(v, 4) for k, counts in RATES.items()
+            for m, v in zip(("p", "r", "f1"), prf(*counts(c)))}
+
+
+def f1_of(rate: str) -> Callable[[Counts], float]:
+    """One rate's F1 as a function of the counts (``summarize_counts``' ``<rate>_f1``, unrounded)."""
+    counts = RATES[rate]
+    return lambda c: prf(*counts(c))[2]
+
+
+def intervals(per_doc: Sequence[Counts]) -> Dict[str, Dict[str, object]]:
+    """Mention and link F1 with their 95% intervals over resamples of the documents (``bootstrap``):
+    how far the figures could move on another sample of such documents."""
+    return {f"{rate}_f1": score_interval(per_doc, f1_of(rate)) for rate in ("mention", "link")}
 
 
 def predicted_spans(doc, linker, nested: bool = True) -> List[PredictedSpan]:
@@ -497,15 +514,13 @@ def evaluate_end_to_end(
 
     aliases = linker.linking_kb.kb.concept_aliases()
 
-    def counts_with(judge) -> Counts:
-        total = Counts()
-        for document, doc in zip(documents, docs):
-            total.add(score_document(gold_spans(document), predicted_spans(doc, judge), aliases))
-        return total
+    def counts_with(judge) -> List[Counts]:
+        return [score_document(gold_spans(document), predicted_spans(doc, judge), aliases) for document, doc in zip(documents, docs)]
 
-    sweep = [{"threshold": t, **summarize_counts(counts_with(_deciding_at(linker, t)))} for t in threshold_sweep]
+    sweep = [{"threshold": t, **summarize_counts(Counts.total(counts_with(_deciding_at(linker, t))))} for t in threshold_sweep]
     deciding = _deciding_at(linker, configured) if threshold_sweep else linker  # without a sweep it ran at the configured one
-    total = counts_with(deciding)
+    per_doc = counts_with(deciding)
+    total = Counts.total(per_doc)
     gold_not_token_aligned = sum(doc.char_span(g.start, g.end) is None for document, doc in zip(documents, docs)
                                  for g in gold_spans(document))
 
@@ -544,6 +559,7 @@ def evaluate_end_to_end(
         + (" + train/dev mentions (TaggerOne-style lexicon)" if dictionary == "paper" else ""),
         "label": spec.label,
         **summarize_counts(total),
+        "intervals": intervals(per_doc) if len(per_doc) > 1 else None,
         "abstracts_per_s": round(len(documents) / pipe_s, 2) if pipe_s > 0 else None,
         "pipeline_seconds": round(pipe_s, 2),
         "load_seconds": round(load_s, 2),
