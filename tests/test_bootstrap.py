@@ -46,3 +46,15 @@ def test_evaluate_reports_mention_and_link_f1_with_their_intervals():
     assert set(found) == {"mention_f1", "link_f1"}
     assert found["mention_f1"]["value"] == 0.75 and found["link_f1"]["value"] == 0.5
     assert found["link_f1"]["low"] == found["link_f1"]["high"] == 0.5 and found["link_f1"]["documents"] == 5
+
+
+def test_gold_span_accuracy_is_resampled_by_document_with_nil_queries_left_out():
+    import numpy as np
+
+    from spacy_sapbert.evaluation.metrics import Hits, accuracy, hits_per_document
+
+    per_doc = hits_per_document(["a", "a", "b", "a", "c"], np.array([1, 0, 1, 1, 0], bool), np.array([0, 0, 0, 1, 1], bool))
+    assert per_doc == [Hits(right=1, counted=2), Hits(right=1, counted=1), Hits(right=0, counted=0)]  # NIL queries left out
+    assert accuracy(Hits(3, 4)) == 75.0 and accuracy(Hits()) == 0.0
+    found = score_interval(per_doc, accuracy, resamples=200)
+    assert found["value"] == pytest.approx(100 * 2 / 3, abs=1e-3) and found["documents"] == 3

@@ -114,3 +114,29 @@ def summarize(scores: QueryScores, subset: Optional[np.ndarray] = None) -> Dict[
     if subset is None:
         out["n_nil"] = int(scores.nil.sum())
     return out
+
+
+@dataclass
+class Hits:
+    """One document's queries: how many a rate counts, and how many of them hit."""
+
+    right: int = 0
+    counted: int = 0
+
+
+def accuracy(h: Hits) -> float:
+    """A rate in percent (0 where nothing is counted)."""
+    return 100.0 * h.right / h.counted if h.counted else 0.0
+
+
+def hits_per_document(doc_ids: Sequence[str], hits: np.ndarray, nil: np.ndarray) -> List[Hits]:
+    """Each document's ``Hits`` (in first-seen order) for one rate's per-query ``hits``, NIL queries
+    left out as ``summarize`` leaves them out: what a bootstrap over documents resamples."""
+    per_doc: Dict[str, Hits] = {}
+    for doc_id, hit, is_nil in zip(doc_ids, hits.tolist(), nil.tolist()):
+        h = per_doc.setdefault(doc_id, Hits())
+        if not is_nil:
+            h.counted += 1
+            h.right += int(hit)
+    return list(per_doc.values())
+

@@ -33,8 +33,9 @@ from ..records import ConceptRecord
 from ..search import META_FILE, LinkingKB
 from . import datasets
 from .baselines import ExactMatchRanker, ScispacyRanker, TfidfRanker
+from .bootstrap import score_interval
 from .gold_spans import GOLD_SPANS_KEY, annotated_mentions, find_linker, link_gold_mentions, ranking_of
-from .metrics import QueryScores, Ranking, score_queries, summarize
+from .metrics import QueryScores, Ranking, accuracy, hits_per_document, score_queries, summarize
 from .preprocess import Query, load_spelling_fixes, preprocess_documents
 
 DICTIONARIES = ("paper", "ontology")
@@ -356,6 +357,16 @@ def _breakdown(scores: QueryScores, test: Sequence[Query], seen: Sequence[Query]
     return out
 
 
+def _intervals(scores: QueryScores, test: Sequence[Query]) -> Optional[Dict[str, object]]:
+    """Lenient and strict Acc@1 with their 95% intervals over resamples of the documents
+    (``bootstrap``): a document's mentions move together, as they are annotated together."""
+    doc_ids = [q.doc_id for q in test]
+    if len(set(doc_ids)) < 2:
+        return None
+    return {f"{kind}_acc@1": score_interval(hits_per_document(doc_ids, getattr(scores, kind)[1], scores.nil), accuracy)
+            for kind in ("lenient", "strict")}
+
+
 def evaluate(
     dataset: "datasets.Dataset",
     encoder_path: Optional[PathLike] = None,
@@ -457,6 +468,7 @@ def evaluate(
         "gold_outside_dictionary": sum(not (set(q.gold) & known_ids) for q in test),
         "seen_in": "+".join(seen_splits(split)),
         "breakdown": _breakdown(scores, test, seen, kb),
+        "intervals": _intervals(scores, test),
         "searched_strings": searched,
         "mentions_per_s": round(len(test) / query_s, 1) if query_s > 0 else None,
         "query_seconds": round(query_s, 2),
