@@ -544,6 +544,7 @@ def evaluate(
     batch_size: int = typer.Option(128),
     precision: str = typer.Option("fp32", help="fp32, bf16 or int8"),
     threads: int = typer.Option(1, help="torch and FAISS threads"),
+    per_document: bool = typer.Option(False, "--per-document", help="Also each document's counts (per_document), to compare two runs document by document"),
 ) -> None:
     """Linking on gold spans (lenient/strict Acc@1/@5), or --end-to-end mention/link/document P/R/F1, as JSON."""
     if test_file is not None:
@@ -564,11 +565,11 @@ def evaluate(
         end_to_end_command(dataset, detector, dictionary, encoder, split=split, ner_model=ner_model, abbreviations=abbreviations,
                            linker_config=settings or None, nested=nested, pipeline=pipeline,
                            threshold_sweep=THRESHOLD_GRID if sweep_threshold else (), context_examples=context_examples,
-                           output=output, precision=precision, threads=threads)
+                           output=output, precision=precision, threads=threads, with_documents=per_document)
         return
     from .evaluation.runner import evaluate_command
 
     evaluate_command(dataset, encoder, dictionary, output, batch_size, precision, system, threads=threads, split=split,
                      spelling=spelling, abbreviations=abbreviations, composites=composites, fusion_weight=fusion_weight,
                      context_weight=context_weight, context_examples=context_examples, consistency=consistency,
-                     query_encoder=query_encoder)
+                     query_encoder=query_encoder, with_documents=per_document)

@@ -558,17 +558,20 @@ def test_dev_before_after_runs_each_evaluation_in_each_checkout_and_keeps_its_fi
         if "spacy_sapbert" not in command:
             return real_run(command, *args, cwd=cwd, env=env, **kw)  # machine_description's own look
         calls.append((Path(cwd), command))
+        if Path(cwd) == before and "--per-document" in command:  # an old checkout without the option
+            return type("Done", (), {"stdout": "", "stderr": "Error: No such option: --per-document", "returncode": 2})()
         score = 0.5 if Path(cwd) == before else 0.6
         out = {"lenient_acc@1": score, "n_queries": 7} if "--end-to-end" not in command else {"link_f1": score, "label": "x"}
-        return type("Done", (), {"stdout": json.dumps(out)})()
+        return type("Done", (), {"stdout": json.dumps(out), "stderr": "", "returncode": 0})()
 
     monkeypatch.setattr(script.subprocess, "run", run)
     result = script.main(["--before-code", str(before), "--output", str(tmp_path / "out.json")])
-    assert len(calls) == 2 * len(script.DATASETS) * len(script.RUNS)
-    assert {cwd for cwd, _ in calls[::2]} == {before.resolve()} and {cwd for cwd, _ in calls[1::2]} == {script.ROOT}
+    assert len(calls) == 3 * len(script.DATASETS) * len(script.RUNS)  # the old checkout asked twice
+    assert {cwd for cwd, _ in calls[::3]} == {before.resolve()} and {cwd for cwd, _ in calls[1::3]} == {before.resolve()}
+    assert {cwd for cwd, _ in calls[2::3]} == {script.ROOT} and all("--per-document" in c for _, c in calls[2::3])
     assert all(c[1][c[1].index("--split") + 1] == "dev" for c in calls)
     first, e2e = result["rows"][0], result["rows"][2]
-    assert first["before"] == {"lenient_acc@1": 0.5} and first["after"] == {"lenient_acc@1": 0.6}
+    assert first["before"] == {"lenient_acc@1": 0.5} and first["after"] == {"lenient_acc@1": 0.6} and first["paired"] is None
     assert e2e["after"] == {"link_f1": 0.6} and result["before_commit"] == "abc1234" and json.loads((tmp_path / "out.json").read_text())["rows"] == result["rows"]
 
 
@@ -702,3 +705,17 @@ def test_word_variants_rows_show_their_lead_over_the_default_with_its_interval(m
     block = word_variants.render(hpo, None)
     assert "| default (no variants); span finder min_variant_score 0.9 | 0 | 0.500 | 0.500 | 0.500 | 0.500 | 0.500 | 0.500 | +0.005 [-0.030, +0.040] |" in block
     assert "95% interval over 2,000 bootstrap resamples of the 22 dev abstracts" in block
+
+
+def test_dev_before_after_pairs_two_runs_document_by_document():
+    script = _load("dev_before_after")
+    before = [{"doc": "a", "lenient_acc@1": [3, 4], "strict_acc@1": [3, 4]}, {"doc": "b", "lenient_acc@1": [1, 2], "strict_acc@1": [1, 2]}]
+    after = [{"doc": "a", "lenient_acc@1": [4, 4], "strict_acc@1": [4, 4]}, {"doc": "b", "lenient_acc@1": [1, 2], "strict_acc@1": [1, 2]}]
+    change = script.paired(before, after)
+    assert change["figure"] == "lenient_acc@1" and change["difference"] == round(100 * 5 / 6 - 100 * 4 / 6, 4)
+    assert change["low"] >= 0 and change["documents"] == 2
+    assert script.paired(before, None) is None and script.paired(before, after[::-1]) is None  # not the same documents
+    counts = {"gold": 2, "predicted": 2, "exact": 2, "link_gold": 2, "link_predicted": 2, "link_right": 1}
+    end_to_end = script.paired([{"doc": "a", **counts}, {"doc": "b", **counts}],
+                               [{"doc": "a", **counts, "link_right": 2}, {"doc": "b", **counts}])
+    assert end_to_end["figure"] == "link_f1" and end_to_end["difference"] == 0.25

@@ -131,6 +131,7 @@ def test_ruler_pipeline_end_to_end(mini_ncbi, tmp_path, tiny_bert_path, dictiona
                 "machine_cpu", "command"):
         assert result[key] is not None, key
     assert result["abstracts_per_s"] > 0
+    assert result["intervals"]["link_f1"]["value"] == result["link_f1"] and result["intervals"]["link_f1"]["documents"] == 2
     json.dumps(result)  # all of it serialisable
 
 
@@ -141,6 +142,11 @@ def test_without_abbreviations_the_short_forms_are_missed(mini_ncbi, tmp_path, t
     )
     assert result["mention_r"] == round(4 / 9, 4) and result["link_r"] == round(4 / 8, 4)
     assert "sapbert_abbreviations" not in result["pipeline"]
+    documents = evaluate_end_to_end(
+        "ncbi-disease", "ruler", "ontology", tiny_bert_path, abbreviations=False, data_dir=mini_ncbi, cache_dir=tmp_path,
+        build_in_child=False, progress=False, with_documents=True,
+    )["per_document"]
+    assert len(documents) == 2 and sum(d["gold"] for d in documents) == 9 and sum(d["link_right"] for d in documents) == 4
 
 
 def test_bad_arguments_are_clear_errors(mini_ncbi):

@@ -37,6 +37,10 @@ def test_exact_match_scores_on_both_dictionaries(mini_ncbi, tmp_path):
     assert onto["preprocessing"]["composites_split"] == 1
     assert onto["preprocessing"]["spelling_corrected"] == 1
     assert onto["dictionary_size"] == 9 and onto["dictionary_concepts"] == 5
+    assert onto["intervals"] is None and "per_document" not in onto  # one test document: nothing to resample
+    documents = evaluate("ncbi-disease", dictionary="ontology", system="exact", data_dir=mini_ncbi, cache_dir=tmp_path,
+                         with_documents=True)["per_document"]
+    assert documents == [{"doc": "1", "lenient_acc@1": [4, 5], "strict_acc@1": [3, 5]}]  # 80% and 60% of 5
 
     paper = evaluate("ncbi-disease", dictionary="paper", system="exact", data_dir=mini_ncbi, cache_dir=tmp_path)
     assert (paper["lenient_acc@1"], paper["strict_acc@1"]) == (100.0, 80.0)

@@ -424,6 +424,7 @@ def evaluate_end_to_end(
     threads: int = 1,
     build_in_child: bool = True,
     progress: bool = True,
+    with_documents: bool = False,
 ) -> Dict[str, object]:
     """Run ``build_pipeline(kb, detector, labels=[the dataset's label])`` over the raw documents of
     ``split`` (``test`` reports; ``dev`` is for tuning, its lexicon then the train mentions only)
@@ -446,6 +447,9 @@ def evaluate_end_to_end(
     the configured one): run on
     ``split="dev"`` to choose one. A ``context_weight`` in ``linker_config`` reranks by context against
     the prototypes the gold-span evaluation builds (``runner.context_prototypes`` of ``context_examples``).
+
+    ``with_documents`` adds ``per_document``: each document's counts (``Counts``), for a paired
+    comparison of two runs on the same documents (``benchmarks/dev_before_after.py``).
 
     The NIL threshold, unless ``linker_config`` sets one: the KB's calibrated one; for a
     dictionary built here (which has none) on the test split, the one ``dev_calibration`` chooses
@@ -599,6 +603,7 @@ def evaluate_end_to_end(
         "warmup_documents": len(warmup),
         **{f"machine_{k}": v for k, v in machine_description().items()},
         "command": command_line(dataset, detector, dictionary, **options),
+        **({"per_document": [{"doc": d.doc_id, **vars(c)} for d, c in zip(documents, per_doc)]} if with_documents else {}),
     }
 
 

@@ -357,6 +357,9 @@ def _breakdown(scores: QueryScores, test: Sequence[Query], seen: Sequence[Query]
     return out
 
 
+ACC1 = ("lenient", "strict")
+
+
 def _intervals(scores: QueryScores, test: Sequence[Query]) -> Optional[Dict[str, object]]:
     """Lenient and strict Acc@1 with their 95% intervals over resamples of the documents
     (``bootstrap``): a document's mentions move together, as they are annotated together."""
@@ -364,7 +367,16 @@ def _intervals(scores: QueryScores, test: Sequence[Query]) -> Optional[Dict[str,
     if len(set(doc_ids)) < 2:
         return None
     return {f"{kind}_acc@1": score_interval(hits_per_document(doc_ids, getattr(scores, kind)[1], scores.nil), accuracy)
-            for kind in ("lenient", "strict")}
+            for kind in ACC1}
+
+
+def per_document(scores: QueryScores, test: Sequence[Query]) -> List[Dict[str, object]]:
+    """Each document's Acc@1 hits, ``[right, counted]`` per kind, in first-seen order: what a paired
+    comparison of two runs on the same documents resamples (``benchmarks/dev_before_after.py``)."""
+    doc_ids = [q.doc_id for q in test]
+    kinds = {kind: hits_per_document(doc_ids, getattr(scores, kind)[1], scores.nil) for kind in ACC1}
+    return [{"doc": doc, **{f"{kind}_acc@1": [hits[i].right, hits[i].counted] for kind, hits in kinds.items()}}
+            for i, doc in enumerate(dict.fromkeys(doc_ids))]
 
 
 def evaluate(
@@ -390,6 +402,7 @@ def evaluate(
     context_examples: str = "self",
     consistency: float = 0.0,
     query_encoder: Optional[str] = None,
+    with_documents: bool = False,
 ) -> Dict[str, object]:
     """Evaluate one system on the ``split`` of ``dataset`` (test to report, dev to choose settings:
     its *paper* dictionary then adds the train mentions alone); accuracies are in percent.
@@ -406,7 +419,7 @@ def evaluate(
     ``scispacy`` (``encoder_path`` = a python with scispacy installed) rank the harness's
     preprocessed strings. ``mentions_per_s`` times the linking of the test mentions (the
     pipeline for ``encoder``; dictionary encoding and index building excluded);
-    ``peak_rss_mb`` is the whole process's peak.
+    ``peak_rss_mb`` is the whole process's peak. ``with_documents`` adds ``per_document``.
     """
     spec = datasets.get_benchmark(dataset)
     set_threads(threads)
@@ -476,6 +489,7 @@ def evaluate(
         "peak_rss_mb": peak_rss_mb(),
         "threads": threads,
         "precision": precision if system == "encoder" else None,
+        **({"per_document": per_document(scores, test)} if with_documents else {}),
     }
 
 
