@@ -1,4 +1,4 @@
-"""How far an end-to-end score could move with other documents: a bootstrap over documents.
+"""How far an evaluation score could move with other documents: a bootstrap over documents.
 
 A corpus like GSC+ dev holds 22 abstracts; one system's link F1 there, or the difference between two
 systems', is a sample. Resampling the documents with replacement (the unit annotated together, so
@@ -7,8 +7,9 @@ for a score, and, scoring two systems on the same resamples, one for their diffe
 bootstrap: Efron & Tibshirani 1993; Koehn 2004 for NLP scores) and the share of resamples in which
 the first scores higher.
 
-A document's counts are a dataclass of integers (``end_to_end.Counts``); a resample's are summed as
-one numpy matrix product, so that thousands of resamples of a test split cost well under a second.
+A document's counts are a dataclass of integers (``end_to_end.Counts`` end to end, ``metrics.Hits``
+on gold spans); a resample's are summed as one numpy matrix product, so that thousands of resamples
+of a test split cost well under a second.
 """
 from __future__ import annotations
 
