@@ -192,16 +192,20 @@ def encode_part(
     return len(list((work / "chunks").glob("chunk_*.npy"))), total
 
 
-def source_key(source: Path, fmt: str, reader: Callable[..., Any], lenient: bool, priors_file: Optional[Path] = None) -> Dict[str, Any]:
+def source_key(source: Path, fmt: str, reader: Callable[..., Any], lenient: bool, priors_file: Optional[Path] = None,
+               extra_names_file: Optional[Path] = None) -> Dict[str, Any]:
     """What identifies a source read from files (``SourceOptions.key``): its format, the reader's
     leniency, and the size and sha256 of every file read: the source file, a folder's files, or
     what a reader that also reads files beside its path lists as its ``input_files`` (UMLS's
-    MRSTY.RRF and MRREL.RRF), and the priors file. Names are kept without their folder, so the
-    same files elsewhere (another machine) give the same key."""
+    MRSTY.RRF and MRREL.RRF), the priors file and the extra-names file. Names are kept without
+    their folder, so the same files elsewhere (another machine) give the same key."""
     listed = getattr(reader, "input_files", None)
     files = listed(source) if listed is not None else sorted(p for p in source.rglob("*") if p.is_file()) if source.is_dir() else [source]
-    return {"format": fmt, "lenient": lenient, "inputs": sorted(checksums(files).items()),
-            "priors_file": None if priors_file is None else checksums([priors_file])[priors_file.name]}
+    key = {"format": fmt, "lenient": lenient, "inputs": sorted(checksums(files).items()),
+           "priors_file": None if priors_file is None else checksums([priors_file])[priors_file.name]}
+    if extra_names_file is not None:  # only where given: a KB stage finished before the option keeps its key
+        key["extra_names_file"] = checksums([extra_names_file])[extra_names_file.name]
+    return key
 
 
 # ---------------------------------------------------------------------------- the stages

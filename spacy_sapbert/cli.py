@@ -107,6 +107,10 @@ def build_kb(
     priors: Optional[Path] = typer.Option(
         None, exists=True, help="concept_id<TAB>weight lines (e.g. counts in annotated text): which concept an ambiguous name gets"
     ),
+    extra_names: Optional[Path] = typer.Option(
+        None, "--extra-names", exists=True, dir_okay=False,
+        help="concept_id<TAB>name lines: names added to the source's concepts (e.g. clinical shorthand: HP:0000822<TAB>HTN)",
+    ),
     neighbours: Optional[bool] = typer.Option(
         None, "--neighbours/--no-neighbours",
         help="Keep each name's nearest names, so a mention that is a KB name is linked without a search "
@@ -131,6 +135,7 @@ def build_kb(
     """Read an ontology, encode every name and write KB + index, in stages that a rerun resumes (after a crash or kill)."""
     from .build import SourceOptions, build_kb_folder, encode_part, source_key, work_path
     from .encoder import SapEncoder
+    from .extra_names import read_extra_names, with_extra_names
     from .kb import UnknownPriorError, read_priors
     from .machine import peak_rss_mb
     from .ontologies import reader_for
@@ -141,6 +146,12 @@ def build_kb(
     if "on_duplicate" in inspect.signature(reader).parameters:
         options["on_duplicate"] = on_duplicate  # the reader can name the line of a repeated id
     weights = read_priors(priors) if priors is not None else {}
+    added = read_extra_names(extra_names) if extra_names is not None else None
+
+    def records():
+        """The source's concept records, with the extra names where given."""
+        read = reader(source, **options)
+        return with_extra_names(read, added, extra_names) if added is not None else read
     variant_table, variant_options = None, None
     if word_variants is not None:
         from .word_variants import DEFAULT_OPTIONS, SHIPPED_TABLE, load_table
@@ -149,19 +160,20 @@ def build_kb(
         variant_options = {**DEFAULT_OPTIONS, **({"max_variants": max_variants} if max_variants is not None else {})}
     t0 = time.perf_counter()
     weight_of = {cid: w for cid, (w, _) in weights.items()} if priors else None
-    sources = SourceOptions(on_duplicate, strip_punctuation, weight_of, variant_table, variant_options, f"{source} ({fmt})",
-                            key=source_key(source, fmt, reader, lenient, priors))  # a rerun reuses the KB stage for these bytes only
+    sources = SourceOptions(on_duplicate, strip_punctuation, weight_of, variant_table, variant_options,
+                            f"{source} ({fmt})" + (f" + {extra_names}" if extra_names is not None else ""),
+                            key=source_key(source, fmt, reader, lenient, priors, extra_names))  # a rerun reuses the KB stage for these bytes only
     load = lambda: SapEncoder.load(encoder, precision=precision)  # noqa: E731 - loaded once the KB has names
     try:
         if encode_part_of is not None:
             work = work_dir or work_path(output)
             which, parts = _part(encode_part_of)
-            present, total = encode_part(reader(source, **options), load, work, (which, parts), batch_size=batch_size, options=sources)
+            present, total = encode_part(records(), load, work, (which, parts), batch_size=batch_size, options=sources)
             typer.echo(f"encoded part {which}/{parts} in {time.perf_counter() - t0:.1f}s: {present} of {total} chunks are in "
                        f"{work / 'chunks'}; once all are, run build-kb without --encode-part (same source, output, --work-dir)", err=True)
             return
         build_kb_folder(  # locked, resumable stage by stage, atomic; refuses a source with no names
-            reader(source, **options), load, output, index_kind=index, batch_size=batch_size, on_duplicate=on_duplicate,
+            records(), load, output, index_kind=index, batch_size=batch_size, on_duplicate=on_duplicate,
             strip_punctuation=strip_punctuation, source_name=sources.source_name, priors=weight_of, neighbours=neighbours,
             word_variants=variant_table, variant_options=variant_options, work_dir=work_dir, source_key=sources.key, keep_work=keep_work,
         )

@@ -140,6 +140,28 @@ def test_build_kb_priors_pick_the_concept_of_an_ambiguous_name(tmp_path, tiny_be
     assert bad.exit_code == 1 and re.fullmatch(r"/.*/priors\.tsv:1: expected 'concept_id<TAB>weight'.*", last_line(bad))
 
 
+def test_build_kb_extra_names_add_a_users_shorthand_to_the_sources_concepts(tmp_path, tiny_bert_path):
+    (tmp_path / "extra.tsv").write_text("# our notes' shorthand\nHP:3\tFvr\nHP:1\tSzr\n", encoding="utf8")
+    assert build(tmp_path, tiny_bert_path, TABLE, "--extra-names", str(tmp_path / "extra.tsv")).exit_code == 0
+    from spacy_sapbert.kb import ConceptKB
+
+    kb = ConceptKB.from_disk(tmp_path / "kb")
+    assert kb.names_of_concept("HP:3") == ["Fever", "Pyrexia", "Fvr"] and "Szr" in kb.names_of_concept("HP:1")
+    out = CliRunner().invoke(app, ["link", "Fvr and cough.", "--kb", str(tmp_path / "kb"), "--detector", "ruler"])
+    assert [json.loads(line)["cui"] for line in out.stdout.splitlines() if line.startswith("{")] == ["HP:3"]
+    assert build(tmp_path, tiny_bert_path).exit_code == 0  # the same source without them: built again, without them
+    assert ConceptKB.from_disk(tmp_path / "kb").names_of_concept("HP:3") == ["Fever", "Pyrexia"]
+    (tmp_path / "extra.tsv").write_text("HP:3\tFvr\nHP:9\tZzz\n", encoding="utf8")
+    (tmp_path / "kb2").mkdir()
+    unknown = CliRunner().invoke(app, ["build-kb", str(tmp_path / "terms.tsv"), str(tmp_path / "kb2" / "kb"), "--encoder",
+                                       str(tiny_bert_path), "--extra-names", str(tmp_path / "extra.tsv")])
+    assert unknown.exit_code == 1 and re.fullmatch(r"/.*/extra\.tsv:2: 'HP:9' is not a concept of the source", last_line(unknown))
+    assert not (tmp_path / "kb2" / "kb").exists()  # nothing written
+    (tmp_path / "extra.tsv").write_text("HP:3 Fvr\n", encoding="utf8")
+    bad = build(tmp_path, tiny_bert_path, TABLE, "--extra-names", str(tmp_path / "extra.tsv"))
+    assert bad.exit_code == 1 and re.fullmatch(r"/.*/extra\.tsv:1: expected 'concept_id<TAB>name'.*", last_line(bad))
+
+
 def test_duplicate_ids_need_an_explicit_choice(tmp_path, tiny_bert_path):
     dup = TABLE + "HP:3\tFever\tHigh temperature\tT184\n"
     assert build(tmp_path, tiny_bert_path, dup).exit_code != 0
