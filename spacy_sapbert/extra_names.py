@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Tuple, Union
 
+from .fileio import tab_pairs
 from .records import ConceptRecord, InputError
 
 ExtraNames = Dict[str, List[Tuple[str, int]]]  # concept id -> (name, line) in the order given
@@ -20,15 +21,10 @@ def read_extra_names(path: Union[str, Path]) -> ExtraNames:
     """``concept_id<TAB>name`` per line (``#`` comments and blank lines skipped); a bad line is an
     ``InputError`` naming the file and line."""
     out: ExtraNames = {}
-    with open(path, encoding="utf8") as f:
-        for n, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip() or line.startswith("#"):
-                continue
-            cid, sep, name = line.partition("\t")
-            if not sep or not cid.strip() or not name.strip():
-                raise InputError(path, n, f"expected 'concept_id<TAB>name', got {line[:80]!r}")
-            out.setdefault(cid.strip(), []).append((name.strip(), n))
+    for n, cid, name, line in tab_pairs(path):
+        if not cid or not name:
+            raise InputError(path, n, f"expected 'concept_id<TAB>name', got {line[:80]!r}")
+        out.setdefault(cid, []).append((name, n))
     return out
 
 

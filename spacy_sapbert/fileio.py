@@ -197,3 +197,17 @@ def folder_from_bytes(data: bytes, fmt: str, read: Callable[[Path], T], owner: s
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
         return read(root)
+
+
+def tab_pairs(path: Union[str, Path]) -> Iterator[Tuple[int, str, str, str]]:
+    """The lines of a ``key<TAB>value`` file a user writes (priors, extra names): ``(line number,
+    key, value, line)``, both stripped, ``#`` comments and blank lines skipped; a line without a tab
+    gives an empty key and value, for the caller to refuse with its own message."""
+    with open(path, encoding="utf8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if not line.strip() or line.startswith("#"):
+                continue
+            key, sep, value = line.partition("\t")
+            yield (n, key.strip(), value.strip(), line) if sep else (n, "", "", line)
+

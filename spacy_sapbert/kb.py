@@ -32,7 +32,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .fileio import read_json, write_json
+from .fileio import read_json, tab_pairs, write_json
 from .normalize import name_words, normalize_name
 from .records import ConceptRecord
 from .strings import SEP, ListTable, StringTable, first_decrease, load_npy, lookup_files, save_npy, table_files
@@ -65,21 +65,16 @@ def read_priors(path: Union[str, Path]) -> Dict[str, Tuple[float, int]]:
     from .records import InputError
 
     out: Dict[str, Tuple[float, int]] = {}
-    with open(path, encoding="utf8") as f:
-        for n, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip() or line.startswith("#"):
-                continue
-            cid, sep, weight = line.partition("\t")
-            try:
-                value = float(weight)
-            except ValueError:
-                value = float("nan")
-            if not sep or not cid.strip() or not (np.isfinite(value) and value >= 0):
-                raise InputError(path, n, f"expected 'concept_id<TAB>weight' with a weight >= 0, got {line[:80]!r}")
-            if cid.strip() in out:
-                raise InputError(path, n, f"{cid.strip()!r} has a prior already (line {out[cid.strip()][1]})")
-            out[cid.strip()] = (value, n)
+    for n, cid, weight, line in tab_pairs(path):
+        try:
+            value = float(weight)
+        except ValueError:
+            value = float("nan")
+        if not cid or not (np.isfinite(value) and value >= 0):
+            raise InputError(path, n, f"expected 'concept_id<TAB>weight' with a weight >= 0, got {line[:80]!r}")
+        if cid in out:
+            raise InputError(path, n, f"{cid!r} has a prior already (line {out[cid][1]})")
+        out[cid] = (value, n)
     return out
 
 
