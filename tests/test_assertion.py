@@ -559,6 +559,13 @@ def test_benchmark_reads_and_scores_the_test_set_layout(tmp_path):
     assert peer[0] == {"negated": True, "historical": False, "hypothetical": False, "other": False}
     assert peer[1]["hypothetical"] and peer[2]["other"] and not peer[2]["historical"]
     assert bench.evaluate(rows, peer, ("historical",))["whole set"]["historical"]["fn"] == 1
+    # ours against a peer on the test half, line by line: 1,200 dev lines, then 10 test lines, 5 of them historical
+    lines = [bench.Row(i, "x", "x.", "Affirmed", "Historical" if i > 1205 else "Recent", "Patient") for i in range(1, 1211)]
+    ours_found = [{"historical": r.line > 1203} for r in lines]  # 5 right, 2 wrong (1204, 1205)
+    peer_found = [{"historical": r.line > 1208} for r in lines]  # 2 right, 3 missed
+    paired = bench.paired_on_test(lines, ours_found, peer_found)
+    assert paired["historical"]["difference"] == round(10 / 12 - 4 / 7, 4) and paired["historical"]["documents"] == 10
+    assert paired["negated"]["difference"] == 0.0 and set(paired) == {"negated", "historical", "hypothetical"}
     answers.write_text(answers.read_text().replace("Return if", "Come back if"))
     with pytest.raises(ValueError, match=r"gencontext.txt:2: its first 7 columns are not the test set's line 2"):
         bench.read_gencontext(answers, rows)
