@@ -178,7 +178,8 @@ def speed(kb: Path, detector: str, settings: Dict[str, object], texts: Sequence[
 
 
 def uncertainty_sentence(found: Dict[str, Dict[str, float]]) -> str:
-    """The intervals of ``uncertainty`` in words."""
+    """The intervals of ``uncertainty`` in words, the shipped default's first."""
+    found = dict(sorted(found.items(), key=lambda kv: not kv[0].startswith("span finder, shipped")))
     first = next(iter(found.values()))
     scores = "; ".join(f"{name} {v['value']:.3f} [{v['low']:.3f}, {v['high']:.3f}]" for name, v in found.items() if "value" in v)
     leads = "; ".join(f"{name.split(' - ')[0]} minus {name.split(' - ')[1]} {v['difference']:+.3f} [{v['low']:+.3f}, "
@@ -209,7 +210,7 @@ def render(result: Dict[str, object]) -> str:
         "| detector | settings | " + " | ".join(keys) + " |",
         "|---|---|" + "--:|" * len(keys),
     ]
-    best = result["best_on_dev"]
+    best = {k: result["best_on_dev"][k] for k in SETTINGS}  # type: ignore[index]  # in SETTINGS' order: the JSON sorts its keys
     longest = max((r for r in rows[1:] if r["resolve"] == "longest"), key=lambda r: (r["link_f1"], r["mention_f1"]))  # type: ignore[index]
     table = (("ruler (exact KB names)", rows[0]), ("span finder, best without nested mentions", longest),  # type: ignore[index]
              ("span finder, shipped", shipped), ("span finder, shipped, entities only", shipped and shipped["ents_only"]))
@@ -224,7 +225,7 @@ def render(result: Dict[str, object]) -> str:
               + ", ".join(f"{k} {v}" for k, v in best.items()) + "."]  # type: ignore[union-attr]
     misses = result["default_misses_on_dev"]
     lines += ["", "What the shipped span finder misses on dev (first reason that applies, with examples):", ""]
-    for kind, found in misses.items():  # type: ignore[union-attr]
+    for kind, found in sorted(misses.items(), key=lambda kv: -kv[1]["count"]):  # type: ignore[union-attr]
         lines.append(f"- {kind}: {found['count']} (" + "; ".join(f'"{x}"' for x in found["examples"][:4]) + ")")
     sp = result["speed"]
     lines += [
