@@ -110,14 +110,15 @@ def medic_row(dataset: str, dictionary: str, split: str, span_finder: Optional[D
     """One end-to-end run, with what it missed and got wrong sorted by kind."""
     from spacy_sapbert.evaluation.end_to_end import evaluate_end_to_end
 
-    r = evaluate_end_to_end(dataset, "span_finder", dictionary, split=split, progress=False, span_finder_config=span_finder)
+    r = evaluate_end_to_end(dataset, "span_finder", dictionary, split=split, progress=False, span_finder_config=span_finder,
+                            with_documents=True)
     c = r["counts"]
     keep = ("mention_p", "mention_r", "mention_f1", "link_p", "link_r", "link_f1", "dictionary_size", "threshold_source")
     return {
         "dataset": dataset, "dictionary": dictionary, "split": split, "span_finder": span_finder or {}, **{k: r.get(k) for k in keep},
         "missed": {"not found at its offsets": c["gold_mentions"] - c["exact_matches"], "found, another concept": c["exact_matches"] - c["link_right"]},
         "wrong": {k: c[k] for k in ("wrong_inside_gold", "wrong_containing_gold", "wrong_crossing_gold", "wrong_apart_from_gold")},
-        "counts": c,
+        "counts": c, "per_document": r["per_document"],
     }
 
 
@@ -133,9 +134,16 @@ def medic(splits: Sequence[str], output: Path, configs: Sequence[int] = (0, 1, 2
     result: Dict[str, object] = {"command": "python benchmarks/word_variants.py " + " ".join(sys.argv[1:]), "rows": rows}
     for split in splits:
         for dataset in datasets:
+            baseline: Optional[List[Counts]] = None  # the first config's documents (MEDIC alone): each other row is paired with it
             for dictionary, span_finder in (MEDIC_CONFIGS[i] for i in configs):
                 with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-                    rows.append(pool.submit(medic_row, dataset, dictionary, split, span_finder).result())
+                    row = pool.submit(medic_row, dataset, dictionary, split, span_finder).result()
+                per_doc = [Counts(**{k: v for k, v in d.items() if k != "doc"}) for d in row.pop("per_document")]  # type: ignore[union-attr]
+                if baseline is None:
+                    baseline = per_doc
+                else:  # its link F1 less the first config's, document by document
+                    row["vs_first"] = paired_difference(per_doc, baseline, f1_of("link"))
+                rows.append(row)
                 print(json.dumps({k: v for k, v in rows[-1].items() if k != "counts"}), flush=True)
                 result["load_average"] = [round(x, 2) for x in os.getloadavg()]
                 write_json(output, result)
@@ -196,13 +204,15 @@ def render(hpo: Dict[str, object], medic_result: Optional[Dict[str, object]]) ->
         lines += [f"- {kind}: {found['count']} (" + "; ".join(f'"{x}"' for x in found["examples"][:5]) + ")" for kind, found in misses.items()]
     if medic_result:
         lines += ["", "| span finder + MEDIC | split | dictionary | span finder | mention_f1 | link_p | link_r | link_f1 | "
-                  "gold missed: not found / another concept | wrong: inside / containing / crossing / apart |",
-                  "|---|---|---|---|--:|--:|--:|--:|--:|--:|"]
+                  "link_f1 less its dataset and split's first row (paired, 95%) | gold missed: not found / another concept | wrong: inside / containing / crossing / apart |",
+                  "|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|"]
         for r in medic_result["rows"]:  # type: ignore[union-attr]
             m, w = r["missed"], r["wrong"]
             finder = ", ".join(f"{k} {v}" for k, v in (r.get("span_finder") or {}).items()) or "–"
+            vs = r.get("vs_first")
+            lead = f"{vs['difference']:+.3f} [{vs['low']:+.3f}, {vs['high']:+.3f}]" if vs else "–"
             lines.append(f"| {r['dataset']} | {r['split']} | {r['dictionary']} | {finder} | {r['mention_f1']:.3f} | "
-                         f"{r['link_p']:.3f} | {r['link_r']:.3f} | {r['link_f1']:.3f} | "
+                         f"{r['link_p']:.3f} | {r['link_r']:.3f} | {r['link_f1']:.3f} | {lead} | "
                          f"{m['not found at its offsets']} / {m['found, another concept']} | "
                          + " / ".join(str(w[f"wrong_{k}_gold"]) for k in ("inside", "containing", "crossing", "apart_from")) + " |")
     return "\n".join(lines)

@@ -705,6 +705,14 @@ def test_word_variants_rows_show_their_lead_over_the_default_with_its_interval(m
     block = word_variants.render(hpo, None)
     assert "| default (no variants); span finder min_variant_score 0.9 | 0 | 0.500 | 0.500 | 0.500 | 0.500 | 0.500 | 0.500 | +0.005 [-0.030, +0.040] |" in block
     assert "95% interval over 2,000 bootstrap resamples of the 22 dev abstracts" in block
+    row = {"dataset": "ncbi-disease", "split": "dev", "dictionary": "ontology", "span_finder": {}, **scores,
+           "missed": {"not found at its offsets": 3, "found, another concept": 1},
+           "wrong": {f"wrong_{k}_gold": 1 for k in ("inside", "containing", "crossing", "apart_from")}}
+    medic = {"command": "python benchmarks/word_variants.py --medic", "rows": [
+        row, {**row, "dictionary": "ontology+variants", "vs_first": {**lead, "difference": -0.013, "low": -0.03, "high": 0.004}}]}
+    table = word_variants.render(hpo, medic)
+    assert "| ncbi-disease | dev | ontology | – | 0.500 | 0.500 | 0.500 | 0.500 | – | 3 / 1 | 1 / 1 / 1 / 1 |" in table
+    assert "| ncbi-disease | dev | ontology+variants | – | 0.500 | 0.500 | 0.500 | 0.500 | -0.013 [-0.030, +0.004] | 3 / 1 |" in table
 
 
 def test_dev_before_after_pairs_two_runs_document_by_document():
