@@ -101,7 +101,11 @@ def document_counts(nlp, docs) -> Tuple[List[Counts], List[Counts]]:
 def score(nlp, docs) -> Dict[str, object]:
     """End-to-end scores counting every linked span (``document_counts``), and, under ``ents_only``,
     the same run scored on ``doc.ents`` alone."""
-    every, ents_only = document_counts(nlp, docs)
+    return summarized(*document_counts(nlp, docs))
+
+
+def summarized(every: Sequence[Counts], ents_only: Sequence[Counts]) -> Dict[str, object]:
+    """``score``'s figures from the documents' counts."""
     return {**summarize_counts(Counts.total(every)), "ents_only": summarize_counts(Counts.total(ents_only))}
 
 
@@ -268,8 +272,11 @@ def main(argv: Sequence[str] = ()) -> Dict[str, object]:
     }
     rows = [{"detector": "ruler", **score(pipeline(kb, "ruler", {}), dev)}]
     print(json.dumps(rows[-1]), flush=True)
+    documents: List[List[Counts]] = []  # each span-finder row's documents, nested spans counted (the intervals read them)
     for settings in GRID:
-        rows.append({"detector": "span_finder", **settings, **score(pipeline(kb, "span_finder", settings), dev)})
+        every, ents_only = document_counts(pipeline(kb, "span_finder", settings), dev)
+        documents.append(every)
+        rows.append({"detector": "span_finder", **settings, **summarized(every, ents_only)})
         print(json.dumps(rows[-1]), flush=True)
     best = max(rows[1:], key=lambda r: (r["link_f1"], r["mention_f1"]))
     chosen = {k: best[k] for k in SETTINGS}
@@ -277,7 +284,8 @@ def main(argv: Sequence[str] = ()) -> Dict[str, object]:
     result["best_on_dev"] = chosen
     shipped = shipped_settings()
     result["shipped_default"] = {"detector": DEFAULT_DETECTOR, **shipped}
-    result["shipped_on_dev"] = next((r for r in rows[1:] if all(r[k] == v for k, v in shipped.items())), None)
+    at = next((i for i, r in enumerate(rows[1:]) if all(r[k] == v for k, v in shipped.items())), None)
+    result["shipped_on_dev"] = rows[1 + at] if at is not None else None
     misses = miss_kinds(pipeline(kb, "span_finder", shipped), dev)
     result["default_misses_on_dev"] = {k: {"count": len(v), "examples": v[:8]} for k, v in sorted(misses.items(), key=lambda kv: -len(kv[1]))}
     peers = {fasthpocr_label(longest): fasthpocr_counts(args.fasthpocr_python, kb, dev, longest)
@@ -285,7 +293,8 @@ def main(argv: Sequence[str] = ()) -> Dict[str, object]:
     if peers:
         result["fasthpocr"] = [{"detector": name, **summarize_counts(Counts.total(c))} for name, c in peers.items()]
         print(json.dumps(result["fasthpocr"]), flush=True)
-    result["uncertainty"] = uncertainty(document_counts(pipeline(kb, "span_finder", shipped), dev)[0], peers)
+    shipped_documents = documents[at] if at is not None else document_counts(pipeline(kb, "span_finder", shipped), dev)[0]
+    result["uncertainty"] = uncertainty(shipped_documents, peers)
     print(json.dumps(result["uncertainty"]), flush=True)
     texts = [d.text for name in ("ncbi-disease/NCBItestset_corpus.txt", "bc5cdr/CDR_TestSet.PubTator.txt") for d in read_pubtator(DEFAULT_DATA_DIR / name)]
     ruler_speed = speed(kb, "ruler", {}, texts)

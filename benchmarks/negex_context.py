@@ -182,17 +182,34 @@ def negspacy_pipeline() -> Language:
     return nlp
 
 
+@dataclass
+class Outcome:
+    """Lines' outcomes for one attribute, summed (one line: one of the four is 1): what ``score`` counts."""
+
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    tn: int = 0
+
+
+def outcome(gold: bool, predicted: bool) -> Outcome:
+    return Outcome(tp=int(gold and predicted), fp=int(predicted and not gold), fn=int(gold and not predicted),
+                   tn=int(not gold and not predicted))
+
+
+def f_of(o: Outcome) -> float:
+    """F of summed outcomes (``score``'s ``f``, unrounded)."""
+    return 2 * o.tp / (2 * o.tp + o.fp + o.fn) if o.tp else 0.0
+
+
 def score(gold: Sequence[bool], predicted: Sequence[bool]) -> Dict[str, float]:
-    tp = sum(g and p for g, p in zip(gold, predicted))
-    fp = sum(p and not g for g, p in zip(gold, predicted))
-    fn = sum(g and not p for g, p in zip(gold, predicted))
-    tn = sum(not g and not p for g, p in zip(gold, predicted))
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
-    f = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    n = tp + fp + fn + tn
-    return {"n": n, "tp": tp, "fp": fp, "fn": fn, "tn": tn, "precision": round(precision, 4),
-            "recall": round(recall, 4), "f": round(f, 4), "accuracy": round((tp + tn) / n, 4) if n else 0.0}
+    lines = [outcome(g, p) for g, p in zip(gold, predicted)]
+    o = Outcome(*(sum(getattr(x, k) for x in lines) for k in ("tp", "fp", "fn", "tn")))
+    precision = o.tp / (o.tp + o.fp) if o.tp + o.fp else 0.0
+    recall = o.tp / (o.tp + o.fn) if o.tp + o.fn else 0.0
+    n = len(lines)
+    return {"n": n, "tp": o.tp, "fp": o.fp, "fn": o.fn, "tn": o.tn, "precision": round(precision, 4),
+            "recall": round(recall, 4), "f": round(f_of(o), 4), "accuracy": round((o.tp + o.tn) / n, 4) if n else 0.0}
 
 
 ATTRS = ("negated", "historical", "hypothetical", "other")
@@ -257,21 +274,6 @@ def markdown(result: Dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-@dataclass
-class Outcome:
-    """One line's outcome for one attribute (one of the four is 1): what ``score`` counts."""
-
-    tp: int = 0
-    fp: int = 0
-    fn: int = 0
-    tn: int = 0
-
-
-def f_of(o: Outcome) -> float:
-    """F of summed outcomes (``score``'s ``f``, unrounded)."""
-    return 2 * o.tp / (2 * o.tp + o.fp + o.fn) if o.tp else 0.0
-
-
 def paired_on_test(rows: Sequence[Row], ours: Sequence[Optional[Dict[str, bool]]],
                    theirs: Sequence[Optional[Dict[str, bool]]]) -> Dict[str, Dict[str, object]]:
     """Per attribute, our F less the other system's on the test half, with its 95% interval over
@@ -284,11 +286,7 @@ def paired_on_test(rows: Sequence[Row], ours: Sequence[Optional[Dict[str, bool]]
     part = list(zip(rows, ours, theirs))[a:b]
 
     def outcomes(attr: str, which: int) -> List[Outcome]:
-        out = []
-        for row, *answers in part:
-            g, p = row.gold[attr], bool(answers[which] and answers[which].get(attr))
-            out.append(Outcome(tp=int(g and p), fp=int(p and not g), fn=int(g and not p), tn=int(not g and not p)))
-        return out
+        return [outcome(row.gold[attr], bool(answers[which] and answers[which].get(attr))) for row, *answers in part]
 
     return {attr: paired_difference(outcomes(attr, 0), outcomes(attr, 1), f_of) for attr in ("negated", "historical", "hypothetical")}
 

@@ -360,23 +360,19 @@ def _breakdown(scores: QueryScores, test: Sequence[Query], seen: Sequence[Query]
 ACC1 = ("lenient", "strict")
 
 
-def _intervals(scores: QueryScores, test: Sequence[Query]) -> Optional[Dict[str, object]]:
+def _by_document(scores: QueryScores, test: Sequence[Query], with_documents: bool) -> Dict[str, object]:
     """Lenient and strict Acc@1 with their 95% intervals over resamples of the documents
-    (``bootstrap``): a document's mentions move together, as they are annotated together."""
-    doc_ids = [q.doc_id for q in test]
-    if len(set(doc_ids)) < 2:
-        return None
-    return {f"{kind}_acc@1": score_interval(hits_per_document(doc_ids, getattr(scores, kind)[1], scores.nil), accuracy)
-            for kind in ACC1}
-
-
-def per_document(scores: QueryScores, test: Sequence[Query]) -> List[Dict[str, object]]:
-    """Each document's Acc@1 hits, ``[right, counted]`` per kind, in first-seen order: what a paired
-    comparison of two runs on the same documents resamples (``benchmarks/dev_before_after.py``)."""
+    (``bootstrap``: a document's mentions move together, as they are annotated together), and with
+    ``with_documents`` each document's hits, ``[right, counted]`` per kind in first-seen order: what a
+    paired comparison of two runs on the same documents resamples (``benchmarks/dev_before_after.py``)."""
     doc_ids = [q.doc_id for q in test]
     kinds = {kind: hits_per_document(doc_ids, getattr(scores, kind)[1], scores.nil) for kind in ACC1}
-    return [{"doc": doc, **{f"{kind}_acc@1": [hits[i].right, hits[i].counted] for kind, hits in kinds.items()}}
-            for i, doc in enumerate(dict.fromkeys(doc_ids))]
+    out: Dict[str, object] = {"intervals": {f"{kind}_acc@1": score_interval(hits, accuracy) for kind, hits in kinds.items()}
+                              if len(set(doc_ids)) > 1 else None}
+    if with_documents:
+        out["per_document"] = [{"doc": doc, **{f"{kind}_acc@1": [hits[i].right, hits[i].counted] for kind, hits in kinds.items()}}
+                               for i, doc in enumerate(dict.fromkeys(doc_ids))]
+    return out
 
 
 def evaluate(
@@ -481,7 +477,6 @@ def evaluate(
         "gold_outside_dictionary": sum(not (set(q.gold) & known_ids) for q in test),
         "seen_in": "+".join(seen_splits(split)),
         "breakdown": _breakdown(scores, test, seen, kb),
-        "intervals": _intervals(scores, test),
         "searched_strings": searched,
         "mentions_per_s": round(len(test) / query_s, 1) if query_s > 0 else None,
         "query_seconds": round(query_s, 2),
@@ -489,7 +484,7 @@ def evaluate(
         "peak_rss_mb": peak_rss_mb(),
         "threads": threads,
         "precision": precision if system == "encoder" else None,
-        **({"per_document": per_document(scores, test)} if with_documents else {}),
+        **_by_document(scores, test, with_documents),
     }
 
 
