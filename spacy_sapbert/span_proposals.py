@@ -35,6 +35,7 @@ COORDINATORS = frozenset({"and", "or", "and/or", "/", ","})
 # The coordinating words a proposal other than a coordination may hold only where a KB name has one
 # ("cleft lip and palate"): "nasal bridge and low" (in "... and low-set ears") or "lip or cleft" are no mentions.
 COORDINATING_WORDS = frozenset({"and", "or", "and/or"})
+_NO_HEADS: FrozenSet[str] = frozenset()
 
 
 def is_acronym(name: str) -> bool:
@@ -78,6 +79,7 @@ class NameIndex:
         self.partial: Set[FrozenSet[str]] = set()
         self.capitals_only: Set[FrozenSet[str]] = set()
         self.coordinated: Set[FrozenSet[str]] = set()  # the words of names with "and"/"or" in them
+        self.heads: Dict[FrozenSet[str], Set[str]] = {}  # a name's words (two or more) -> the heads of the names with them
         written_lower: Set[FrozenSet[str]] = set()
         counts: Dict[str, int] = {}
         before_another: Dict[str, int] = {}
@@ -106,8 +108,11 @@ class NameIndex:
             self.exact.add(keys)
             if any(w.lower() in COORDINATING_WORDS for w in words):
                 self.coordinated.add(keys)
+            head = name_head(name)
+            if len(keys) >= 2 and head is not None:
+                self.heads.setdefault(keys, set()).add(head)
             if 3 <= len(keys) <= 6:  # never without the head nor the first word, most often the quality
-                kept = {name_head(name), content[0]}
+                kept = {head, content[0]}
                 self.partial.update(keys - {k} for k in keys if k not in kept)
         # A name in capitals that is no acronym ("ANIRIDIA") holds words the KB mostly writes in lower
         # case ("Congenital aniridia"); words it mostly writes in capitals ("INCLUDED") are OMIM's notation.
@@ -284,6 +289,7 @@ def propose(
             # "breast and/or | ovarian cancer": does "breast" + "cancer" name something too? And
             # "branchial, otic and | renal anomalies": each earlier conjunct of a list, while they do
             head = key_set - frozenset(keyed[start])  # type: ignore[arg-type]
+            shared_head: Optional[bool] = None  # do the shared words hold the head of the names of key_set?
             first = start
             while end - start >= 2 and head:
                 before = first - 1
@@ -293,8 +299,16 @@ def propose(
                     break
                 if before > 0 and ((attached[before - 1] and strings[lower[before - 1]] == "-") or (first < start and keyed[before - 1])):
                     break  # not "Chotzen" of "Saethre-Chotzen"; a list's earlier item stands alone (not "cancer" of "breast cancer and …")
-                conjunct = head | frozenset(keyed[before])  # type: ignore[arg-type]
-                if index.match(conjunct) != "exact" and not (variants is not None and variants.match(conjunct)):
+                own = frozenset(keyed[before])  # type: ignore[arg-type]
+                conjunct = head | own
+                # the conjunct takes the place of the word it stands beside: a modifier where the shared words
+                # hold the head ("breast and ovarian cancer": "breast cancer"), else the head ("aplasia or
+                # hypoplasia of the thymus": "aplasia of the thymus"); "hearing loss or blurred vision" holds no "vision loss"
+                if shared_head is None:
+                    named_heads = index.heads.get(key_set)
+                    shared_head = not named_heads or bool(named_heads & head)
+                want = head if shared_head else own
+                if not (index.heads.get(conjunct, _NO_HEADS) & want) and not (variants is not None and variants.match(conjunct)):
                     break
                 found.append(Proposal(before, end, "coordinated"))
                 first = before

@@ -58,6 +58,25 @@ def test_each_conjunct_is_proposed_with_the_shared_head():
     assert "Crouzon, and Pfeiffer syndromes" in found and "Chotzen, Crouzon, and Pfeiffer syndromes" not in found
 
 
+def test_a_conjunct_joins_the_shared_words_only_as_a_modifier_of_their_head():
+    # "loss" + "vision" are the words of "Vision loss", but in "hearing loss or blurred vision" the
+    # shared word "vision" is no head of that name: "loss or blurred vision" is not proposed
+    names = ["Hearing loss", "Blurred vision", "Vision loss", "Loss of vision", "Breast cancer", "Ovarian cancer",
+             "Abnormality of the kidney", "Abnormality of the liver", "Aplasia of the thymus", "Hypoplasia of the thymus",
+             "Cancer", "Brain tumor", "Tumor"]
+    found = texts(proposed("hearing loss or blurred vision", names))
+    assert found == {"hearing loss", "blurred vision"}
+    assert "loss, or blurred vision" not in texts(proposed("hearing loss, or blurred vision", names))
+    assert "breast and ovarian cancer" in texts(proposed("breast and ovarian cancer", names))
+    # the head is the name's word before its preposition ("Abnormality of the kidney")
+    assert "liver and kidney abnormality" in texts(proposed("liver and kidney abnormality", names))
+    # where the shared words modify the conjuncts, each conjunct is a head
+    assert "aplasia or hypoplasia of the thymus" in texts(proposed("aplasia or hypoplasia of the thymus", names))
+    # a conjunct that is a name by itself is a list's item, not a modifier ("breast [cancer and ovarian cancer]")
+    assert "cancer and ovarian cancer" not in texts(proposed("breast cancer and ovarian cancer", names))
+    assert "tumor, brain tumor" not in texts(proposed("solid tumor, brain tumor", names))
+
+
 def test_no_proposal_starts_or_ends_on_a_coordinating_word():
     for text in ("broad nasal bridge and low-set ears", "cleft lip or cleft palate", "palmar and plantar pits",
                  "branchial, ear and renal anomalies"):
