@@ -166,11 +166,13 @@ def make_tokenizer_nlp() -> Language:
 
 
 def context_pipeline(config: Optional[Dict[str, object]] = None) -> Language:
-    """The tokenizer and ``sapbert_context`` with the settings the default pipeline gives it."""
+    """The tokenizer and ``sapbert_context`` with the settings the default pipeline gives it, but for ``drop_titles``."""
     import spacy_sapbert.assertion  # noqa: F401  (registers the factory)
 
     nlp = make_tokenizer_nlp()
-    nlp.add_pipe("sapbert_context", config=dict(config or {}))
+    # a gold condition is a finding by definition: the set locates one in a section title ("ALLERGIES: ...
+    # ALLERGIES"), where the shipped component would drop a detected span as no finding
+    nlp.add_pipe("sapbert_context", config={"drop_titles": False, **(config or {})})
     return nlp
 
 

@@ -58,7 +58,7 @@ from spacy.attrs import IS_ALPHA, IS_SPACE, IS_UPPER, LENGTH, LOWER, ORTH, SENT_
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.strings import get_string_id
-from spacy.tokens import Doc, Span
+from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import ensure_path
 
 from .attributes import register_attribute
@@ -380,8 +380,10 @@ def assert_spans(
     longest_title: int,
     section_defaults: Dict[str, Dict[str, Any]],
     max_scope: Optional[int] = None,
+    in_title: Optional[List[bool]] = None,
 ) -> List[Dict[str, Any]]:
-    """The attributes of each span (a dict per span, in order); the whole algorithm, one pass."""
+    """The attributes of each span (a dict per span, in order); the whole algorithm, one pass.
+    ``in_title`` (when given) receives, per span, whether it lies within a section title ("ALLERGIES:")."""
     words = _Words(doc)
     breaks: List[int] = []
     sections = find_sections(words, titles, longest_title, breaks)
@@ -418,9 +420,11 @@ def assert_spans(
     section_starts = [s.start for s in sections]
     untouched: Dict[Optional[str], Dict[str, Any]] = {}  # a section's values for a span no trigger reaches
     results: List[Dict[str, Any]] = []
-    for t, (start, _end) in enumerate(targets):
+    for t, (start, end) in enumerate(targets):
         k = bisect_right(section_starts, start) - 1
         section = sections[k].name if k >= 0 and sections[k].end <= start else None
+        if in_title is not None:
+            in_title.append(k >= 0 and end <= sections[k].end)
         base = untouched.get(section)
         if base is None:
             base = {**SLOT_DEFAULTS, **(section_defaults.get(section, {}) if section else {}), "section": section}
@@ -448,6 +452,7 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "ents": True,
     "spans_keys": ["sapbert_nested"],
     "sections": True,
+    "drop_titles": True,
     "negex_alias": True,
 }
 
@@ -467,12 +472,13 @@ def make_sapbert_context(
     ents: bool,
     spans_keys: List[str],
     sections: bool,
+    drop_titles: bool,
     negex_alias: bool,
 ) -> "ConTextComponent":
     """Place it after mention detection (it reads ``doc.ents`` and the ``spans_keys`` groups)."""
     return ConTextComponent(nlp, name, rules=rules, extra_rules=extra_rules, extra_sections=extra_sections,
                             max_scope=max_scope, ents=ents, spans_keys=spans_keys, sections=sections,
-                            negex_alias=negex_alias)
+                            drop_titles=drop_titles, negex_alias=negex_alias)
 
 
 class ConTextComponent(Pipe):
@@ -490,6 +496,7 @@ class ConTextComponent(Pipe):
         ents: bool = True,
         spans_keys: Sequence[str] = ("sapbert_nested",),
         sections: bool = True,
+        drop_titles: bool = True,
         negex_alias: bool = True,
     ):
         if max_scope is not None and max_scope < 1:
@@ -500,7 +507,7 @@ class ConTextComponent(Pipe):
         self.cfg: Dict[str, Any] = {
             "rules": rules, "extra_rules": list(extra_rules), "extra_sections": list(extra_sections),
             "max_scope": max_scope, "ents": ents, "spans_keys": list(spans_keys), "sections": sections,
-            "negex_alias": negex_alias,
+            "drop_titles": drop_titles, "negex_alias": negex_alias,
         }
         register_assertion_attributes(negex_alias)
         self._missing: Optional[str] = None
@@ -547,10 +554,10 @@ class ConTextComponent(Pipe):
                 out.extend(doc.spans[key])
         return out
 
-    def assert_spans(self, doc: Doc, spans: Sequence[Span]) -> List[Dict[str, Any]]:
-        """The attributes of ``spans`` (any spans of ``doc``) without setting them."""
+    def assert_spans(self, doc: Doc, spans: Sequence[Span], in_title: Optional[List[bool]] = None) -> List[Dict[str, Any]]:
+        """The attributes of ``spans`` (any spans of ``doc``) without setting them (``in_title``: see ``assert_spans``)."""
         return assert_spans(doc, spans, self.lexicon, self.titles, self.longest_title, self.section_defaults,
-                            self.cfg["max_scope"])
+                            self.cfg["max_scope"], in_title)
 
     def __call__(self, doc: Doc) -> Doc:
         if self._missing:
@@ -558,14 +565,37 @@ class ConTextComponent(Pipe):
         spans = self.spans(doc)
         if not spans:
             return doc
+        in_title: List[bool] = []
+        values_of = self.assert_spans(doc, spans, in_title)
+        if self.cfg["drop_titles"] and any(in_title):
+            # a section title is no finding: "ALLERGIES:" is not the patient's Allergy
+            self._drop(doc, [s for s, inside in zip(spans, in_title) if inside])
+            kept = [i for i, inside in enumerate(in_title) if not inside]
+            spans, values_of = [spans[i] for i in kept], [values_of[i] for i in kept]
         # where register_attribute's extensions (and spaCy's plain ones) keep a span's value: written
         # directly, 250k setattr calls through Underscore cost more than the whole algorithm
         user_data = doc.user_data
-        for span, values in zip(spans, self.assert_spans(doc, spans)):
+        for span, values in zip(spans, values_of):
             start, end = span.start_char, span.end_char
             for name, value in values.items():
                 user_data[("._.", name, start, end)] = value
         return doc
+
+    def _drop(self, doc: Doc, dropped: Sequence[Span]) -> None:
+        """Remove ``dropped`` from the entities and the ``spans_keys`` groups, with the values the
+        components before set on them (the linker's ``_.cui``...)."""
+        offsets = {(s.start, s.end) for s in dropped}
+        if self.cfg["ents"]:
+            doc.set_ents([e for e in doc.ents if (e.start, e.end) not in offsets], default="outside")
+        for key in self.cfg["spans_keys"]:
+            if key in doc.spans:
+                group = doc.spans[key]
+                doc.spans[key] = SpanGroup(doc, name=group.name, attrs=group.attrs,
+                                           spans=[s for s in group if (s.start, s.end) not in offsets])
+        chars = {(s.start_char, s.end_char) for s in dropped}
+        user_data = doc.user_data
+        for k in [k for k in user_data if isinstance(k, tuple) and len(k) == 4 and k[0] == "._." and k[2:] in chars]:
+            del user_data[k]
 
     def initialize(self, get_examples: Optional[Callable[[], Iterable[Any]]] = None, *, nlp: Optional[Language] = None) -> None:
         """Nothing to learn: the rules are data."""

@@ -81,6 +81,38 @@ def test_past_medical_history_section(nlp):
     assert edema["section"] == "physical_exam" and edema["negated"] is True and edema["historical"] is False
 
 
+def test_review_of_systems_ends_the_section_before_it(nlp):
+    text = ("PAST MEDICAL HISTORY: Hypertension.\n"
+            "REVIEW OF SYSTEMS: Positive for fatigue. Negative for weight loss.\n"
+            "MEDICATIONS: Lisinopril.\n"
+            "ROS: Headache.")
+    htn, fatigue, loss, headache = run(nlp, text, "Hypertension", "fatigue", "weight loss", "Headache")
+    assert htn["historical"] is True
+    assert fatigue["section"] == loss["section"] == headache["section"] == "review_of_systems"
+    assert fatigue["assertion"] == "present" and headache["assertion"] == "present"
+    assert loss["negated"] is True and loss["historical"] is False
+
+
+def test_a_span_within_a_section_title_is_no_finding():
+    nlp = spacy.blank("en", config={"nlp": {"tokenizer": TOKENIZER_CONFIG}})
+    nlp.add_pipe("sapbert_context")
+    text = "ALLERGIES: Penicillin (hives).\nHPI: No known allergies. ALLERGIES: CODEINE."
+    doc = with_ents(nlp, text, ["ALLERGIES", "hives", "allergies", "ALLERGIES: CODEINE"])
+    title = doc.ents[0]
+    doc.user_data[("._.", "cui", title.start_char, title.end_char)] = "HP:0012393"  # as the linker leaves it
+    doc.spans["sapbert_nested"] = SpanGroup(doc, name="sapbert_nested", spans=[doc.ents[0], doc.ents[1]])
+    doc = nlp(doc)
+    # the title goes from the entities, the span group and the values set on it; a span reaching past it stays
+    assert [e.text for e in doc.ents] == ["hives", "allergies", "ALLERGIES: CODEINE"]
+    assert [s.text for s in doc.spans["sapbert_nested"]] == ["hives"]
+    assert not any(k[2:] == (title.start_char, title.end_char) for k in doc.user_data if isinstance(k, tuple) and len(k) == 4)
+    assert doc.ents[0]._.section == "allergy" and doc.ents[1]._.negated is True
+    kept = spacy.blank("en", config={"nlp": {"tokenizer": TOKENIZER_CONFIG}})
+    kept.add_pipe("sapbert_context", config={"drop_titles": False})
+    doc = kept(with_ents(kept, text, ["ALLERGIES", "hives"]))
+    assert [e.text for e in doc.ents] == ["ALLERGIES", "hives"] and doc.ents[0]._.section is None
+
+
 def test_trigger_overrides_section_default(nlp):
     text = "FAMILY HISTORY: Noncontributory. The patient has asthma."
     (asthma,) = run(nlp, text, "asthma")
