@@ -208,7 +208,7 @@ QUERY_ENCODER = typer.Option(None, help="With --kb or the default: the linker's 
 def link(
     text: Optional[str] = typer.Argument(None, help="Text to link (or use --input); '-', or none with input piped in: standard input"),
     input: Optional[Path] = typer.Option(
-        None, "--input", "-i", help="File of documents, one per line (see --input-format); '-': standard input", dir_okay=False
+        None, "--input", "-i", help="File of documents, one per line (see --input-format), or a folder of .txt files, one document each; '-': standard input"
     ),
     input_format: str = typer.Option("auto", help="text (a document per line), tsv (id<TAB>text), jsonl (id, text) or another of "
                                      "annotate's input formats (pubtator, bioc, a registered one); auto: .tsv/.jsonl by suffix, else text"),
@@ -224,8 +224,10 @@ def link(
     """Link TEXT (a JSON line per linked span) or each document of --input (a JSON line per document).
 
     TEXT '-' (or no TEXT and no --input, with input piped in) links all of standard input as one text;
-    --input - reads documents from standard input. An --input record is {"line", "id" (tsv/jsonl
-    inputs with ids), "spans": [...]}, each span as for TEXT; a document without mentions has
+    --input - reads documents from standard input, --input FOLDER each .txt file as one document (a
+    note with its section titles). An --input record is {"line", "id" (tsv/jsonl inputs with ids),
+    "spans": [...]} ({"id": the file name without .txt, "spans"} for a folder's file), each span as
+    for TEXT; a document without mentions has
     "spans": []; an empty --input is an error. With no --pipeline or --kb, uses the embedded default:
     HPO + MiniLM.
     """
@@ -246,8 +248,8 @@ def link(
             if str(input) == "-":  # the readers read a file twice (to guess its format): standard input is kept in one
                 input = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "stdin"
                 input.write_bytes(sys.stdin.buffer.read())
-            elif not input.is_file():
-                raise InputError(input, None, "no such file")
+            elif not (input.is_file() or input.is_dir()):
+                raise InputError(input, None, "no such file or folder")
             documents = read_documents(input, input_format)
             first = next(documents, None)
             if first is None:

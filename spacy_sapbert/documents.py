@@ -204,15 +204,17 @@ def unlabelled_texts(paths: Iterable[PathLike], fmt: str = "auto") -> Iterator[s
 
 def read_documents(path: PathLike, fmt: str = "auto") -> Iterator[Tuple[str, Dict[str, Any]]]:
     """``(text, context)`` per document of a ``link --input`` file; ``context`` has its 1-based
-    ``line`` and, where the format has one, its ``id``. Formats: the registered ones (``input_reader``);
-    ``auto``: ``.tsv``/``.jsonl`` by suffix, else ``text``. The first unreadable document raises its ``InputError``."""
+    ``line`` (none for a folder's file: a whole file is one document) and, where the format has one, its ``id``.
+    Formats: the registered ones (``input_reader``); ``auto``: a folder of ``.txt`` files, else ``.tsv``/``.jsonl``
+    by suffix, else ``text``. The first unreadable document raises its ``InputError``."""
     path = Path(path)
     if fmt == "auto":
-        fmt = {".tsv": "tsv", ".jsonl": "jsonl"}.get(path.suffix.lower(), "text")
+        fmt = "folder" if path.is_dir() else {".tsv": "tsv", ".jsonl": "jsonl"}.get(path.suffix.lower(), "text")
     for doc in input_reader(fmt)(path):
         if doc.error is not None:
             raise doc.error
-        yield doc.text, {"line": doc.line, **({"id": doc.id} if doc.id is not None else {})}  # type: ignore[misc]
+        where = {"line": doc.line} if doc.line is not None or doc.file is None else {}
+        yield doc.text, {**where, **({"id": doc.id} if doc.id is not None else {})}  # type: ignore[misc]
 
 
 def _read_lines(path: Path, document: Callable[[Path, int, str], InputDocument], blank: bool = False) -> Iterator[InputDocument]:

@@ -86,6 +86,27 @@ def test_link_input_with_document_ids(tmp_path, tiny_bert_path):
     assert [(r["line"], r.get("id"), r["spans"][0]["cui"]) for r in rows] == [(1, 7, "HP:1"), (3, None, "HP:3")]
 
 
+def test_link_input_folder_links_each_file_as_one_document(tmp_path, tiny_bert_path):
+    """A note is a file of many lines (its section titles on lines of their own): a folder of ``.txt``
+    files gives a record per file, as ``annotate`` reads it; a file stays a document per line."""
+    assert build(tmp_path, tiny_bert_path).exit_code == 0
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "b.txt").write_text("FAMILY HISTORY:\nseizure\n\nfever\n", encoding="utf8")
+    (notes / "a.txt").write_text("nothing here\n", encoding="utf8")
+    (notes / "skipped.md").write_text("fever\n", encoding="utf8")
+    out_file = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(app, ["link", "--input", str(notes), "--kb", str(tmp_path / "kb"), "-o", str(out_file)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out_file.read_text().splitlines()]
+    assert [(r["id"], "line" in r, [s["cui"] for s in r["spans"]]) for r in rows] == [("a", False, []), ("b", False, ["HP:1", "HP:3"])]
+    assert [s["section"] for s in rows[1]["spans"]] == ["family_history", "family_history"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(app, ["link", "--input", str(empty), "--kb", str(tmp_path / "kb")])
+    assert result.exit_code == 1 and last_line(result) == f"{empty}: empty input: no documents to link"
+
+
 def test_link_input_errors_name_the_line_in_one_line(tmp_path, tiny_bert_path):
     assert build(tmp_path, tiny_bert_path).exit_code == 0
     result, rows = link_file(tmp_path, "notes.jsonl", '{"text": "fever"}\n{"text": 3}\n')
@@ -208,7 +229,7 @@ def test_link_reads_standard_input(tmp_path, tiny_bert_path):
     result = CliRunner().invoke(app, ["link", "-", *kb], input="  \n")
     assert result.exit_code == 1 and last_line(result) == "<stdin>: empty input: no text to link"
     result = CliRunner().invoke(app, ["link", "--input", str(tmp_path / "missing.txt"), *kb])
-    assert result.exit_code == 1 and last_line(result) == f"{tmp_path / 'missing.txt'}: no such file"
+    assert result.exit_code == 1 and last_line(result) == f"{tmp_path / 'missing.txt'}: no such file or folder"
 
 
 def test_link_of_documents_freezes_the_loaded_pipeline_and_of_one_text_does_not(tmp_path, tiny_bert_path, monkeypatch):
