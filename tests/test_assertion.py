@@ -91,6 +91,8 @@ def test_review_of_systems_ends_the_section_before_it(nlp):
     assert fatigue["section"] == loss["section"] == headache["section"] == "review_of_systems"
     assert fatigue["assertion"] == "present" and headache["assertion"] == "present"
     assert loss["negated"] is True and loss["historical"] is False
+    (pneumonia,) = run(nlp, "PAST MEDICAL HISTORY: Asthma.\nAdmission Diagnosis: Pneumonia.", "Pneumonia")
+    assert pneumonia["section"] == "diagnoses" and pneumonia["historical"] is False
 
 
 def test_a_span_within_a_section_title_is_no_finding():
