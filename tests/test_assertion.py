@@ -687,6 +687,9 @@ CLINICAL_PHRASINGS = [
     ("Hx of asthma.", "asthma", "historical", True),
     ("PMHx: asthma, diabetes.", "asthma", "historical", True),
     ("PMH: hypertension.", "hypertension", "historical", True),
+    ("PMH significant for hypertension.", "hypertension", "historical", True),  # 1.12.0: the abbreviation without a colon
+    ("PMHx notable for asthma and diabetes.", "diabetes", "historical", True),
+    ("PSH significant for cholecystitis.", "cholecystitis", "historical", True),
     ("FHx: breast cancer in mother.", "breast cancer", "experiencer", "other"),
     ("FH: diabetes.", "diabetes", "experiencer", "other"),
     ("Family hx of colon cancer.", "colon cancer", "experiencer", "other"),
