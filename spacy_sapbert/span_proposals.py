@@ -5,7 +5,7 @@ words nearly match a KB name's (``NameIndex``, ``propose``). No encoder here: th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Callable, Collection, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from spacy.attrs import LOWER, SENT_START, SPACY
 from spacy.strings import StringStore
@@ -35,7 +35,6 @@ COORDINATORS = frozenset({"and", "or", "and/or", "/", ","})
 # The coordinating words a proposal other than a coordination may hold only where a KB name has one
 # ("cleft lip and palate"): "nasal bridge and low" (in "... and low-set ears") or "lip or cleft" are no mentions.
 COORDINATING_WORDS = frozenset({"and", "or", "and/or"})
-_NO_HEADS: FrozenSet[str] = frozenset()
 
 
 def is_acronym(name: str) -> bool:
@@ -44,17 +43,18 @@ def is_acronym(name: str) -> bool:
     return name.isupper() and all(len(w) <= 5 or any(c.isdigit() for c in w) for w in WORD.findall(name))
 
 
-def name_head(name: str) -> Optional[str]:
+def name_head(name: str, key: Callable[[str], str] = word_key) -> Optional[str]:
     """The word a name is about: the last content word before the first comma or preposition
     ("glucose-6-phosphate dehydrogenase *deficiency*", MeSH's inverted "*Hypertrophy*, Left
-    Ventricular", HPO's "*Abnormality* of the hand")."""
-    words = []
-    for w in WORD.findall(name.split(",")[0]):
-        if w.lower() in PREPOSITIONS and words:
+    Ventricular", HPO's "*Abnormality* of the hand"), as ``key`` gives it (``NameIndex.key`` remembers them)."""
+    last = None
+    for w in WORD.findall(name.split(",", 1)[0] if "," in name else name):
+        lowered = w.lower()
+        if lowered in PREPOSITIONS and last is not None:
             break
-        if w.lower() not in STOPWORDS:
-            words.append(w)
-    return word_key(words[-1]) if words else None
+        if lowered not in STOPWORDS:
+            last = w
+    return key(last) if last is not None else None
 
 
 class NameIndex:
@@ -79,7 +79,9 @@ class NameIndex:
         self.partial: Set[FrozenSet[str]] = set()
         self.capitals_only: Set[FrozenSet[str]] = set()
         self.coordinated: Set[FrozenSet[str]] = set()  # the words of names with "and"/"or" in them
-        self.heads: Dict[FrozenSet[str], Set[str]] = {}  # a name's words (two or more) -> the heads of the names with them
+        # a name's words (two or more) -> its head, or the heads of the names with those words: a string where
+        # there is one (the GC tracks no tuple or set per name)
+        self._heads: Dict[FrozenSet[str], Union[str, FrozenSet[str]]] = {}
         written_lower: Set[FrozenSet[str]] = set()
         counts: Dict[str, int] = {}
         before_another: Dict[str, int] = {}
@@ -108,9 +110,11 @@ class NameIndex:
             self.exact.add(keys)
             if any(w.lower() in COORDINATING_WORDS for w in words):
                 self.coordinated.add(keys)
-            head = name_head(name)
+            head = name_head(name, self.key)
             if len(keys) >= 2 and head is not None:
-                self.heads.setdefault(keys, set()).add(head)
+                known = self._heads.setdefault(keys, head)
+                if known != head and (isinstance(known, str) or head not in known):
+                    self._heads[keys] = frozenset({head} | ({known} if isinstance(known, str) else known))
             if 3 <= len(keys) <= 6:  # never without the head nor the first word, most often the quality
                 kept = {head, content[0]}
                 self.partial.update(keys - {k} for k in keys if k not in kept)
@@ -121,6 +125,13 @@ class NameIndex:
         self.word_count = counts
         self.word_share = {k: c / n_names for k, c in counts.items()}
         self.modifiers = frozenset(k for k, c in before_another.items() if c >= MIN_MODIFIER_NAMES and k.isalpha())
+
+    def has_head(self, keys: FrozenSet[str], words: Collection[str]) -> bool:
+        """Is one of ``words`` the head (``name_head``) of a name whose words are ``keys``?"""
+        found = self._heads.get(keys)
+        if found is None:
+            return False
+        return found in words if isinstance(found, str) else not found.isdisjoint(words)
 
     def is_generic(self, key: str, max_share: float) -> bool:
         """Is ``key`` a word in more than ``max_share`` of the names (and in at least
@@ -289,7 +300,7 @@ def propose(
             # "breast and/or | ovarian cancer": does "breast" + "cancer" name something too? And
             # "branchial, otic and | renal anomalies": each earlier conjunct of a list, while they do
             head = key_set - frozenset(keyed[start])  # type: ignore[arg-type]
-            shared_head: Optional[bool] = None  # do the shared words hold the head of the names of key_set?
+            shared_head: Optional[bool] = None  # do the shared words hold the head of a name of key_set?
             first = start
             while end - start >= 2 and head:
                 before = first - 1
@@ -304,11 +315,10 @@ def propose(
                 # the conjunct takes the place of the word it stands beside: a modifier where the shared words
                 # hold the head ("breast and ovarian cancer": "breast cancer"), else the head ("aplasia or
                 # hypoplasia of the thymus": "aplasia of the thymus"); "hearing loss or blurred vision" holds no "vision loss"
-                if shared_head is None:
-                    named_heads = index.heads.get(key_set)
-                    shared_head = not named_heads or bool(named_heads & head)
+                if shared_head is None:  # a partial or variant match names no head: its shared words are taken to hold it
+                    shared_head = kind != "exact" or index.has_head(key_set, head)
                 want = head if shared_head else own
-                if not (index.heads.get(conjunct, _NO_HEADS) & want) and not (variants is not None and variants.match(conjunct)):
+                if not index.has_head(conjunct, want) and not (variants is not None and variants.match(conjunct)):
                     break
                 found.append(Proposal(before, end, "coordinated"))
                 first = before
