@@ -690,6 +690,8 @@ CLINICAL_PHRASINGS = [
     ("PMH significant for hypertension.", "hypertension", "historical", True),  # 1.12.0: the abbreviation without a colon
     ("PMHx notable for asthma and diabetes.", "diabetes", "historical", True),
     ("PSH significant for cholecystitis.", "cholecystitis", "historical", True),
+    ("She is at risk for osteoporosis.", "osteoporosis", "hypothetical", True),  # 1.12.0, as medspaCy's "risk of"
+    ("Treatment carries a risk for hypocalcemia, even in cases of severe hypercalcemia.", "hypercalcemia", "hypothetical", False),
     ("FHx: breast cancer in mother.", "breast cancer", "experiencer", "other"),
     ("FH: diabetes.", "diabetes", "experiencer", "other"),
     ("Family hx of colon cancer.", "colon cancer", "experiencer", "other"),
