@@ -691,6 +691,9 @@ CLINICAL_PHRASINGS = [
     ("PMHx notable for asthma and diabetes.", "diabetes", "historical", True),
     ("PSH significant for cholecystitis.", "cholecystitis", "historical", True),
     ("She is at risk for osteoporosis.", "osteoporosis", "hypothetical", True),  # 1.12.0, as medspaCy's "risk of"
+    ("Fall precautions.", "Fall", "hypothetical", True),  # 1.12.0: an order against it, no finding
+    ("Seizure precautions were continued despite fever.", "fever", "hypothetical", False),
+    ("REASON FOR CONSULTATION: Syncope.", "Syncope", "section", "clinical_history"),
     ("Treatment carries a risk for hypocalcemia, even in cases of severe hypercalcemia.", "hypercalcemia", "hypothetical", False),
     ("FHx: breast cancer in mother.", "breast cancer", "experiencer", "other"),
     ("FH: diabetes.", "diabetes", "experiencer", "other"),
