@@ -7,7 +7,6 @@ from spacy.tokens import Doc, DocBin
 
 from spacy_sapbert.abbreviations import (
     abbreviation_expander,
-    doc_abbreviations,
     find_abbreviation_definitions,
     find_abbreviations,
     introduced_short_forms,
@@ -122,15 +121,6 @@ def test_one_expander_serves_every_mention_of_a_doc(nlp):
     assert abbreviation_expander({})("WD") == "WD"
     doc = nlp(TEXT)
     assert query_expander(doc)("DM worsened") == "diabetes mellitus worsened"
-
-
-def test_doc_abbreviations_reads_what_the_component_found(nlp):
-    doc = nlp(TEXT)
-    assert doc_abbreviations(doc, TEXT) == find_abbreviations(TEXT) == {"DM": "diabetes mellitus"}
-    doc._.abbreviations = {"DM": "dermatomyositis"}  # what the component set is read, not found again
-    assert doc_abbreviations(doc, TEXT) == {"DM": "dermatomyositis"}
-    bare = spacy.blank("en")(TEXT)  # no component ran: found in the text
-    assert doc_abbreviations(bare, TEXT) == {"DM": "diabetes mellitus"}
 
 
 def test_span_group_gets_later_uses_with_overlaps_allowed():
