@@ -221,13 +221,6 @@ def query_expander(doc: Doc, attr: str = DEFAULT_ATTR) -> Callable[[str], str]:
     return abbreviation_expander(abbreviations)
 
 
-def doc_abbreviations(doc: Doc, text: str, attr: str = DEFAULT_ATTR) -> Mapping[str, str]:
-    """The short forms ``doc`` defines: those the component found (``doc._.<attr>``, the same
-    ``find_abbreviations`` of the same text), else found in ``text`` (the doc's) now."""
-    found = getattr(doc._, attr) if Doc.has_extension(attr) else None
-    return found if isinstance(found, Mapping) else find_abbreviations(text)
-
-
 def query_text(span: Span, attr: str = DEFAULT_ATTR) -> str:
     """The text to search for ``span``: its abbreviations expanded when the doc has definitions.
 

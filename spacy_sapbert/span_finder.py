@@ -26,7 +26,7 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example
 from spacy.util import filter_spans, registry
 
-from .abbreviations import abbreviation_expander, doc_abbreviations, introduced_short_forms
+from .abbreviations import abbreviation_expander, find_abbreviations, introduced_short_forms
 from .config_only import ConfigOnlyPipe
 from .linker_settings import config_defaults, settings_signature
 from .overlap import pipe_predicted
@@ -243,7 +243,7 @@ class SpanFinder(ConfigOnlyPipe):
         ``resolve="all"`` likewise for what the span group would drop (``_predict_all``).
         """
         texts = [doc.text for doc in docs]
-        expanders = [abbreviation_expander(doc_abbreviations(doc, text)) if self.abbreviations else str for doc, text in zip(docs, texts)]
+        expanders = [abbreviation_expander(find_abbreviations(text) if self.abbreviations else {}) for text in texts]
         # each proposal as a plain (start, end, kind) tuple, which the garbage collector stops tracking: a batch's
         # thousands of Proposal objects live through the encoder's calls, and its full passes cost more than proposing
         minimum = {"exact": self.min_exact_score, "coordinated": self.min_exact_score, "partial": self.min_partial_score,
