@@ -82,6 +82,7 @@ class NameIndex:
         # a name's words (two or more) -> its head, or the heads of the names with those words: a string where
         # there is one (the GC tracks no tuple or set per name)
         self._heads: Dict[FrozenSet[str], Union[str, FrozenSet[str]]] = {}
+        self.last_words: Set[str] = set()  # the words that end a name or a comma-separated part of one
         written_lower: Set[FrozenSet[str]] = set()
         counts: Dict[str, int] = {}
         before_another: Dict[str, int] = {}
@@ -95,6 +96,10 @@ class NameIndex:
             if not keys or not any(k.isalpha() for k in keys):
                 continue
             n_names += 1
+            for part in name.split(",") if "," in name else (name,):
+                ends = [w for w in WORD.findall(part) if w.lower() not in STOPWORDS]
+                if ends:
+                    self.last_words.add(self.key(ends[-1]))
             for k in keys:
                 counts[k] = counts.get(k, 0) + 1
                 case_counts.setdefault(k, [0, 0])[0 if name.isupper() else 1] += 1
@@ -257,7 +262,9 @@ def propose(
     before a hyphen, as the first part of a compound is a mention ("breast cancer" in "breast
     cancer-susceptibility genes"). One that is not a coordination holds "and"/"or" only where a KB
     name does: "nasal bridge and low" (in "broad nasal bridge and low-set ears") and "lip or cleft" (in
-    "cleft lip or cleft palate") are not proposed; "cleft lip and palate" is.
+    "cleft lip or cleft palate") are not proposed; "cleft lip and palate" is. Words match a name's in any
+    order, so one that ends on a word ending no KB name ("renal") is proposed only before punctuation or
+    the end: "carcinoma of the renal" in "carcinoma of the renal pelvis" cuts a noun phrase.
     """
     tokens = token_columns(doc, index)
     strings = doc.vocab.strings
@@ -286,6 +293,8 @@ def propose(
                 kind = "variant"
             if kind is None or (coordinated and key_set not in index.coordinated):
                 continue
+            if kind != "variant" and keys[-1] not in index.last_words and end < n and strings[lower[end]][:1].isalpha():
+                continue  # ends on a word that ends no name, before a word: "carcinoma of the renal | pelvis"
             if len(key_set) == 1 and index.is_generic(keys[0], max_generic_share):
                 continue
             if key_set in index.capitals_only:

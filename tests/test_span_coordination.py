@@ -126,3 +126,17 @@ def test_the_span_finder_proposes_variants_only_with_the_setting_and_saves_it(kb
     assert [e.text for e in doc.ents] == ["kidney cysts", "anemia"] and doc.ents[0].kb_id_ == "D:1"
     with_variants.to_disk(tmp_path / "pipeline")
     assert [e.text for e in spacy.load(tmp_path / "pipeline")(text).ents] == ["kidney cysts", "anemia"]
+
+
+def test_a_proposal_does_not_end_on_a_word_that_ends_no_name_before_another_word():
+    """Names match in any word order, so "carcinoma of the renal" has the words of "Renal carcinoma"; but
+    "renal" ends no KB name, and before "pelvis" it cuts a noun phrase. Before punctuation such a
+    reordering is a whole phrase ("proteinuria to the nephrotic range.")."""
+    names = ["Renal carcinoma", "Carcinoma", "Hypertension", "Nephrotic range proteinuria", "Proteinuria"]
+    found = texts(proposed("Invasive carcinoma of the renal pelvis.", names))
+    assert "carcinoma of the renal" not in found and "carcinoma" in found
+    assert "hypertension" in texts(proposed("Pulmonary hypertension associated with drugs.", names))
+    assert "proteinuria to the nephrotic range" in texts(proposed("It showed proteinuria to the nephrotic range.", names))
+    assert "renal carcinoma" in texts(proposed("A renal carcinoma was found.", names))
+    index = NameIndex(names)
+    assert {"carcinoma", "hypertension", "proteinuria"} <= index.last_words and "renal" not in index.last_words
