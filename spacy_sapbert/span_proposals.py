@@ -37,6 +37,11 @@ COORDINATORS = frozenset({"and", "or", "and/or", "/", ","})
 COORDINATING_WORDS = frozenset({"and", "or", "and/or"})
 
 
+def _goes_on(word: str) -> bool:
+    """Does a noun phrase go on with ``word``: a word, not punctuation nor a coordinating word ("deficiency of ASPA | and")?"""
+    return word[:1].isalpha() and word not in COORDINATING_WORDS
+
+
 def is_acronym(name: str) -> bool:
     """Is ``name`` written like an acronym: in capitals, every word short or with a digit ("VHL",
     "G6PD", "ALL")? OMIM writes whole names in capitals ("ANIRIDIA"): those are words, not acronyms."""
@@ -263,8 +268,8 @@ def propose(
     cancer-susceptibility genes"). One that is not a coordination holds "and"/"or" only where a KB
     name does: "nasal bridge and low" (in "broad nasal bridge and low-set ears") and "lip or cleft" (in
     "cleft lip or cleft palate") are not proposed; "cleft lip and palate" is. Words match a name's in any
-    order, so one that ends on a word ending no KB name ("renal") is proposed only before punctuation or
-    the end: "carcinoma of the renal" in "carcinoma of the renal pelvis" cuts a noun phrase.
+    order, so one that ends on a word ending no KB name ("renal") is proposed only before punctuation, "and"/"or"
+    or the end: "carcinoma of the renal" in "carcinoma of the renal pelvis" cuts a noun phrase.
     """
     tokens = token_columns(doc, index)
     strings = doc.vocab.strings
@@ -293,7 +298,7 @@ def propose(
                 kind = "variant"
             if kind is None or (coordinated and key_set not in index.coordinated):
                 continue
-            if kind != "variant" and keys[-1] not in index.last_words and end < n and strings[lower[end]][:1].isalpha():
+            if kind != "variant" and keys[-1] not in index.last_words and end < n and _goes_on(strings[lower[end]]):
                 continue  # ends on a word that ends no name, before a word: "carcinoma of the renal | pelvis"
             if len(key_set) == 1 and index.is_generic(keys[0], max_generic_share):
                 continue

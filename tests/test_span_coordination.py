@@ -138,5 +138,7 @@ def test_a_proposal_does_not_end_on_a_word_that_ends_no_name_before_another_word
     assert "hypertension" in texts(proposed("Pulmonary hypertension associated with drugs.", names))
     assert "proteinuria to the nephrotic range" in texts(proposed("It showed proteinuria to the nephrotic range.", names))
     assert "renal carcinoma" in texts(proposed("A renal carcinoma was found.", names))
+    names += ["Aspartoacylase deficiency", "ASPA deficiency"]  # a noun that ends no name, before "and": a whole phrase
+    assert "deficiency of ASPA" in texts(proposed("It led to a deficiency of ASPA and to disease.", names))
     index = NameIndex(names)
     assert {"carcinoma", "hypertension", "proteinuria"} <= index.last_words and "renal" not in index.last_words
