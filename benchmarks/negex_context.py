@@ -41,6 +41,8 @@ import spacy
 from spacy.language import Language
 from spacy.tokens import Doc, Span
 
+from spacy_sapbert.evaluation.end_to_end import prf
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT / "assets" / "negex" / "rsAnnotations-1-120-random.txt"
 DEFAULT_GENCONTEXT = ROOT / "assets" / "negex" / "ContextFeatureCheckResults.txt"
@@ -199,19 +201,23 @@ def outcome(gold: bool, predicted: bool) -> Outcome:
                    tn=int(not gold and not predicted))
 
 
+def rates(o: Outcome) -> Tuple[float, float, float]:
+    """Precision, recall and F of summed outcomes (``end_to_end.prf``), unrounded."""
+    return prf(o.tp, o.tp + o.fp, o.tp, o.tp + o.fn)
+
+
 def f_of(o: Outcome) -> float:
     """F of summed outcomes (``score``'s ``f``, unrounded)."""
-    return 2 * o.tp / (2 * o.tp + o.fp + o.fn) if o.tp else 0.0
+    return rates(o)[2]
 
 
 def score(gold: Sequence[bool], predicted: Sequence[bool]) -> Dict[str, float]:
     lines = [outcome(g, p) for g, p in zip(gold, predicted)]
     o = Outcome(*(sum(getattr(x, k) for x in lines) for k in ("tp", "fp", "fn", "tn")))
-    precision = o.tp / (o.tp + o.fp) if o.tp + o.fp else 0.0
-    recall = o.tp / (o.tp + o.fn) if o.tp + o.fn else 0.0
+    precision, recall, f = rates(o)
     n = len(lines)
     return {"n": n, "tp": o.tp, "fp": o.fp, "fn": o.fn, "tn": o.tn, "precision": round(precision, 4),
-            "recall": round(recall, 4), "f": round(f_of(o), 4), "accuracy": round((o.tp + o.tn) / n, 4) if n else 0.0}
+            "recall": round(recall, 4), "f": round(f, 4), "accuracy": round((o.tp + o.tn) / n, 4) if n else 0.0}
 
 
 ATTRS = ("negated", "historical", "hypothetical", "other")

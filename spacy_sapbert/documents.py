@@ -213,7 +213,7 @@ def read_documents(path: PathLike, fmt: str = "auto") -> Iterator[Tuple[str, Dic
     for doc in input_reader(fmt)(path):
         if doc.error is not None:
             raise doc.error
-        where = {"line": doc.line} if doc.line is not None or doc.file is None else {}
+        where = {"line": doc.line} if doc.file is None else {}  # a folder's file is a document of its own
         yield doc.text, {**where, **({"id": doc.id} if doc.id is not None else {})}  # type: ignore[misc]
 
 

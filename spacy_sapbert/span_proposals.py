@@ -101,7 +101,8 @@ class NameIndex:
             if not keys or not any(k.isalpha() for k in keys):
                 continue
             n_names += 1
-            for part in name.split(",") if "," in name else (name,):
+            self.last_words.add(content[-1])
+            for part in name.split(",")[:-1] if "," in name else ():  # MeSH's "Hypertrophy, Left Ventricular"
                 ends = [w for w in WORD.findall(part) if w.lower() not in STOPWORDS]
                 if ends:
                     self.last_words.add(self.key(ends[-1]))
@@ -123,8 +124,8 @@ class NameIndex:
             head = name_head(name, self.key)
             if len(keys) >= 2 and head is not None:
                 known = self._heads.setdefault(keys, head)
-                if known != head and (isinstance(known, str) or head not in known):
-                    self._heads[keys] = frozenset({head} | ({known} if isinstance(known, str) else known))
+                if known != head:  # another name with these words has another head
+                    self._heads[keys] = frozenset({head}).union((known,) if isinstance(known, str) else known)
             if 3 <= len(keys) <= 6:  # never without the head nor the first word, most often the quality
                 kept = {head, content[0]}
                 self.partial.update(keys - {k} for k in keys if k not in kept)

@@ -14,7 +14,7 @@ of a test split cost well under a second.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Sequence, TypeVar
+from typing import Any, Callable, Dict, Sequence, TypeVar
 
 import numpy as np
 
@@ -30,6 +30,11 @@ def _picks(n_docs: int, resamples: int, seed: int) -> np.ndarray:
         raise ValueError(f"a bootstrap over documents needs at least 2 documents, got {n_docs}")
     drawn = np.random.default_rng(seed).integers(0, n_docs, size=(resamples, n_docs))
     return np.stack([np.bincount(row, minlength=n_docs) for row in drawn])
+
+
+def _with_all(weights: np.ndarray) -> np.ndarray:
+    """``weights`` after a first row that takes every document once: the metric on the corpus itself."""
+    return np.vstack([np.ones((1, weights.shape[1]), dtype=weights.dtype), weights])
 
 
 def _resampled(per_doc: Sequence[C], weights: np.ndarray, metric: Callable[[C], float]) -> np.ndarray:
@@ -49,10 +54,8 @@ def _interval(values: np.ndarray, level: float) -> Dict[str, float]:
 def score_interval(per_doc: Sequence[C], metric: Callable[[C], float], resamples: int = RESAMPLES,
                    level: float = LEVEL, seed: int = 0) -> Dict[str, Any]:
     """The metric on all documents and its percentile interval over ``resamples`` resamples of them."""
-    weights = _picks(len(per_doc), resamples, seed)
-    every = np.ones((1, len(per_doc)), dtype=np.int64)
-    return {"value": round(float(_resampled(per_doc, every, metric)[0]), 4),
-            **_interval(_resampled(per_doc, weights, metric), level), "level": level, "resamples": resamples,
+    values = _resampled(per_doc, _with_all(_picks(len(per_doc), resamples, seed)), metric)
+    return {"value": round(float(values[0]), 4), **_interval(values[1:], level), "level": level, "resamples": resamples,
             "documents": len(per_doc)}
 
 
@@ -63,10 +66,8 @@ def paired_difference(first: Sequence[C], second: Sequence[C], metric: Callable[
     which the first scores higher."""
     if len(first) != len(second):
         raise ValueError(f"paired counts need the same documents: {len(first)} against {len(second)}")
-    weights = _picks(len(first), resamples, seed)
-    every = np.ones((1, len(first)), dtype=np.int64)
+    weights = _with_all(_picks(len(first), resamples, seed))
     differences = _resampled(first, weights, metric) - _resampled(second, weights, metric)
-    whole: List[float] = [float(_resampled(x, every, metric)[0]) for x in (first, second)]
-    return {"difference": round(whole[0] - whole[1], 4), **_interval(differences, level),
-            "first_higher": round(float(np.mean(differences > 0)), 4), "level": level, "resamples": resamples,
+    return {"difference": round(float(differences[0]), 4), **_interval(differences[1:], level),
+            "first_higher": round(float(np.mean(differences[1:] > 0)), 4), "level": level, "resamples": resamples,
             "documents": len(first)}
