@@ -253,6 +253,24 @@ def find_sections(words: _Words, titles: Dict[Tuple[int, ...], str], longest: in
     return found
 
 
+def _by_chunks(tokenize: Callable[[str], Tuple[str, ...]]) -> Callable[[str], Tuple[str, ...]]:
+    """``tokenize`` run once per whitespace-separated chunk of the phrases it is given: spaCy's tokenizer
+    splits at whitespace first, so a phrase's words are its chunks' words, and the lexicon's
+    ``sequences`` repeat the same chunks in thousands of phrases (tokenizing each phrase took most of
+    the component's start-up)."""
+    words: Dict[str, Tuple[str, ...]] = {}
+
+    def run(phrase: str) -> Tuple[str, ...]:
+        out: List[str] = []
+        for chunk in phrase.split():
+            if chunk not in words:
+                words[chunk] = tokenize(chunk)
+            out.extend(words[chunk])
+        return tuple(out)
+
+    return run
+
+
 # ---------------------------------------------------------------------------- matching and scopes
 class _Lexicon:
     """The rules compiled for matching: a trie over words. A node is [children, rules ending there or
@@ -527,11 +545,12 @@ class ConTextComponent(Pipe):
     def _compile(self) -> None:
         data = self.lexicon_data
         entries = [e for lst in data["lists"] for e in lst.get("rules", [])] + list(self.cfg["extra_rules"])
-        self.rules = rules_from_entries(entries, self._tokenize)
+        tokenize = _by_chunks(self._tokenize)
+        self.rules = rules_from_entries(entries, tokenize)
         self.lexicon = _Lexicon(self.rules)
         section_entries = [e for lst in data.get("section_lists", []) for e in lst.get("sections", [])]
         section_entries += list(self.cfg["extra_sections"])
-        self.titles = title_table(section_entries, self._tokenize) if self.cfg["sections"] else {}
+        self.titles = title_table(section_entries, tokenize) if self.cfg["sections"] else {}
         self.longest_title = max((len(k) for k in self.titles), default=0)
         self.section_defaults: Dict[str, Dict[str, Any]] = {}
         for section, defaults in data.get("section_defaults", {}).items():

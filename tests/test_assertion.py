@@ -548,6 +548,21 @@ def test_packaged_lexicon_is_versioned_and_licensed():
     assert "Apache License" in notice and "Copyright (c) 2020 medspacy" in notice
 
 
+def test_lexicon_compiled_by_chunks_is_the_lexicon_compiled_by_phrases(nlp):
+    """The component tokenizes each space-separated chunk once (``_by_chunks``): the rules and titles it
+    compiles must be those that tokenizing every phrase whole gives, with the pipelines' tokenizer."""
+    from spacy_sapbert.assertion import _by_chunks
+    from spacy_sapbert.context_rules import rules_from_entries, title_table
+
+    component = nlp.get_pipe("sapbert_context")
+    data = component.lexicon_data
+    entries = [e for lst in data["lists"] for e in lst.get("rules", [])]
+    sections = [e for lst in data["section_lists"] for e in lst.get("sections", [])]
+    chunked = _by_chunks(component._tokenize)
+    assert rules_from_entries(entries, chunked) == rules_from_entries(entries, component._tokenize) == component.rules
+    assert title_table(sections, chunked) == title_table(sections, component._tokenize) == component.titles
+
+
 # ---------------------------------------------------------------------------- the benchmark's reading
 def test_benchmark_reads_and_scores_the_test_set_layout(tmp_path):
     spec = importlib.util.spec_from_file_location("negex_context", ROOT / "benchmarks" / "negex_context.py")
@@ -701,6 +716,18 @@ CLINICAL_PHRASINGS = [
     ("Mother with breast cancer.", "breast cancer", "experiencer", "other"),
     ("Brother has epilepsy.", "epilepsy", "experiencer", "other"),
     ("Maternal grandmother had dementia.", "dementia", "experiencer", "other"),
+    # 1.13.0: a number before a family noun counts the people a report is about; a verb of having or a
+    # possessive before it, the singular, "both" and a family-history section keep them relatives
+    ("We describe two siblings with congenital cataracts.", "congenital cataracts", "experiencer", "patient"),
+    ("Two affected brothers had microcephaly.", "microcephaly", "experiencer", "patient"),
+    ("A family is presented with 6 out of 9 siblings affected by ataxia.", "ataxia", "experiencer", "patient"),
+    ("She has two sisters with breast cancer.", "breast cancer", "experiencer", "other"),
+    ("Her two older brothers had seizures.", "seizures", "experiencer", "other"),
+    ("Two of her sisters had asthma.", "asthma", "experiencer", "other"),
+    ("FAMILY HISTORY: Two sisters with breast cancer.", "breast cancer", "experiencer", "other"),
+    ("Family history is significant for two sisters with breast cancer.", "breast cancer", "experiencer", "other"),
+    ("Both siblings had hearing loss.", "hearing loss", "experiencer", "other"),
+    ("One brother has epilepsy.", "epilepsy", "experiencer", "other"),
     ("Negative for fever.", "fever", "negated", True),
     ("Fever: negative.", "Fever", "negated", True),
     ("Pt denies chest pain.", "chest pain", "negated", True),
