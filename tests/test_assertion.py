@@ -729,6 +729,11 @@ CLINICAL_PHRASINGS = [
     ("Both siblings had hearing loss.", "hearing loss", "experiencer", "other"),
     ("One brother has epilepsy.", "epilepsy", "experiencer", "other"),
     ("Negative for fever.", "fever", "negated", True),
+    # 1.14.0: what a negation excepts is there
+    ("There were no dysmorphic features other than a prominent forehead.", "prominent forehead", "negated", False),
+    ("No malformations with the exception of a small atrial septal defect.", "atrial septal defect", "negated", False),
+    ("No abnormalities besides mild scoliosis.", "scoliosis", "negated", False),
+    ("No cause other than hypertension was found.", "hypertension", "negated", False),
     ("Fever: negative.", "Fever", "negated", True),
     ("Pt denies chest pain.", "chest pain", "negated", True),
     ("No evidence of pneumonia.", "pneumonia", "negated", True),
