@@ -79,8 +79,8 @@ def word_key(word: str) -> str:
         w = w[:-2]
     elif w.endswith(("oses", "yses", "stases")) and len(w) > 5:
         w = w[:-2] + "is"  # stenoses, paralyses, metastases; not diseases
-    elif w.endswith("s") and not w.endswith(("ss", "us", "is", "ys")):
-        w = w[:-1]
+    elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        w = w[:-1]  # also "kidneys", "delays": the singular ends in "y"
     if w.endswith(("ised", "ising", "isation")):
         w = re.sub(r"is(ed|ing|ation)$", r"iz\1", w)
     return w

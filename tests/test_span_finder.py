@@ -41,6 +41,7 @@ def test_word_keys_join_plurals_and_british_spellings():
     assert word_key("metastases") == word_key("metastasis") and word_key("stenoses") == word_key("stenosis")
     assert word_key("diseases") == word_key("disease") and word_key("causes") == word_key("cause")
     assert word_key("stenosis") == "stenosis" and word_key("ss") == "ss"
+    assert word_key("kidneys") == word_key("kidney") and word_key("delays") == word_key("delay")  # "Enlarged kidneys"
     assert content_keys("type C brachydactyly".split()) == content_keys("Brachydactyly type C".split())
 
 
