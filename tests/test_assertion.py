@@ -729,6 +729,12 @@ CLINICAL_PHRASINGS = [
     ("Both siblings had hearing loss.", "hearing loss", "experiencer", "other"),
     ("One brother has epilepsy.", "epilepsy", "experiencer", "other"),
     ("Negative for fever.", "fever", "negated", True),
+    # 1.15.0: "neither ... nor" after a verb, of people, and "nor did he have"; not a sentence's opening "Neither" (effects)
+    ("He had neither ataxia nor seizures.", "seizures", "negated", True),
+    ("There was neither ataxia nor seizures.", "ataxia", "negated", True),
+    ("Neither patient complained of photosensitivity or flushing.", "flushing", "negated", True),
+    ("He did not have ataxia, nor did he have seizures.", "seizures", "negated", True),
+    ("Neither hypertension nor smoking was associated with the outcome.", "hypertension", "negated", False),
     # 1.14.0: what a negation excepts is there
     ("There were no dysmorphic features other than a prominent forehead.", "prominent forehead", "negated", False),
     ("No malformations with the exception of a small atrial septal defect.", "atrial septal defect", "negated", False),
