@@ -735,6 +735,11 @@ CLINICAL_PHRASINGS = [
     ("Neither patient complained of photosensitivity or flushing.", "flushing", "negated", True),
     ("He did not have ataxia, nor did he have seizures.", "seizures", "negated", True),
     ("Neither hypertension nor smoking was associated with the outcome.", "hypertension", "negated", False),
+    # 1.16.0: case-report negations; not the literature's "has not been reported"
+    ("Echocardiography failed to show cardiomyopathy.", "cardiomyopathy", "negated", True),
+    ("Hypotonia has not been observed in any patient.", "Hypotonia", "negated", True),
+    ("Seizures were not a feature.", "Seizures", "negated", True),
+    ("Seizures have not been reported with this drug.", "Seizures", "negated", False),
     # 1.14.0: what a negation excepts is there
     ("There were no dysmorphic features other than a prominent forehead.", "prominent forehead", "negated", False),
     ("No malformations with the exception of a small atrial septal defect.", "atrial septal defect", "negated", False),
