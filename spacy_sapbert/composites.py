@@ -52,6 +52,8 @@ def _split_coordination(mention: str, align_modifiers: bool = False) -> List[str
         return items  # whole names, each with its own head
     if len(last) > 1:
         n_modifier = len(words[-2]) if align_modifiers and len(last) > len(words[-2]) else 1
+        if align_modifiers and n_modifier == 1 and len(last) > 2 and last[0].endswith("ly") and last[1].endswith("ed"):
+            n_modifier = 2  # an adverb and the participle it modifies: "low-set and posteriorly rotated ears"
         stem = " ".join(last[n_modifier:])
         return [f"{i} {stem}" for i in items[:-1]] + [items[-1]]
     if len(words[0]) > 1 and all(len(w) == 1 for w in words[1:]):
@@ -92,10 +94,10 @@ def split_mention(mention: str) -> List[str]:
     """The concepts a mention coordinates, or ``[mention]`` when it does not look composite.
 
     ``breast and ovarian cancer``, ``palmar and/or plantar pits``, ``cancers of the breast and
-    ovary``, ``breast/ovarian cancer`` and ``type 1 and type 2 diabetes`` are split. Names that
-    contain "and" as one concept ("hand, foot and mouth disease") are split too: a word list
-    cannot tell them apart, and the linker keeps parts only when each links better than the
-    whole. Not split: a mention with brackets (an "and" inside a parenthesis belongs to a
+    ovary``, ``breast/ovarian cancer``, ``type 1 and type 2 diabetes`` and ``low-set and posteriorly
+    rotated ears`` are split. Names that contain "and" as one concept ("hand, foot and mouth
+    disease") are split too: a word list cannot tell them apart, and the linker keeps parts only
+    when each links better than the whole. Not split: a mention with brackets (an "and" inside a parenthesis belongs to a
     gloss) and a split that leaves a part equal to the whole.
     """
     text = " ".join(mention.split())

@@ -333,6 +333,15 @@ class SapBertLinker(Pipe):
             return None
         return cands[0]
 
+    def decided_parts(self, span: Span) -> List[Tuple[str, Optional[Candidate]]]:
+        """A composite mention's parts as this linker linked them ("breast and ovarian cancer":
+        "breast cancer", "ovarian cancer"), each with the candidate ``best`` accepts (None where
+        none does); ``[]`` for a mention linked whole."""
+        parts = span._.get(self.parts_attr) or []
+        if len(parts) < 2:
+            return []
+        return [(query, self.best([Candidate(*c) for c in cands])) for query, cands in parts]
+
     def set_annotations(self, docs: Sequence[Doc], linked_parts: BatchLinks) -> None:
         self._set_annotations(docs, [self._ents_and_others(doc) for doc in docs], linked_parts)
 

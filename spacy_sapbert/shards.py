@@ -103,6 +103,11 @@ def span_records(doc: Doc, linkers: Sequence[Any]) -> List[Dict[str, Any]]:
             cui = span._.get(linker.cui_attr)
             cands = span._.get(linker.candidates_attr) or []
             top = cands[0] if cands else None
+            # a composite mention ("breast and ovarian cancer") names a concept per part
+            parts = [{"query": query, "cui": best.concept_id if best else None,
+                      "name": kb.concept_names[kb.row_of_concept(best.concept_id)] if best else None,
+                      "score": shown_score(best.score) if best else None}
+                     for query, best in (linker.decided_parts(span) if cui else [])]
             out.append(
                 {
                     **visible_span(text, span.start_char, span.end_char),  # text, start_char, end_char
@@ -118,6 +123,7 @@ def span_records(doc: Doc, linkers: Sequence[Any]) -> List[Dict[str, Any]]:
                         {"cui": c[0], "name": c[1], "score": shown_score(c[2]), "ambiguous": bool(c[3])}
                         for c in sorted(cands, key=lambda c: -c[2])
                     ],
+                    **({"parts": parts} if parts else {}),
                 }
             )
     return sorted(out, key=lambda r: (r["start_char"], r["end_char"]))
@@ -411,10 +417,17 @@ def _pubtator(item: InputDocument, records: List[Dict[str, Any]]) -> str:
     title, abstract = (text[:cut], text[cut + 1 :]) if cut is not None and text[cut : cut + 1] == " " else (text, "")
     lines = [f"{item.key}|t|{title}", f"{item.key}|a|{abstract}"]
     lines += [
-        f"{item.key}\t{r['start_char']}\t{r['end_char']}\t{_one_line(r['text'])}\t{r['label']}\t{r['cui'] or '-1'}{_assertion_column(r)}"
+        f"{item.key}\t{r['start_char']}\t{r['end_char']}\t{_one_line(r['text'])}\t{r['label']}\t{_pubtator_ids(r)}{_assertion_column(r)}"
         for r in records
     ]
     return "\n".join(lines) + "\n\n"
+
+
+def _pubtator_ids(record: Dict[str, Any]) -> str:
+    """The concept column: ``-1`` for none, and a composite mention's parts' concepts joined by ``|``,
+    as PubTator writes a composite mention ("breast and ovarian cancer": ``D001943|D010051``)."""
+    parts = list(dict.fromkeys(p["cui"] for p in record.get("parts", []) if p["cui"]))
+    return "|".join(parts) if parts else record["cui"] or "-1"
 
 
 def _assertion_column(record: Dict[str, Any]) -> str:

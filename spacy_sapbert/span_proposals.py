@@ -35,6 +35,8 @@ COORDINATORS = frozenset({"and", "or", "and/or", "/", ","})
 # The coordinating words a proposal other than a coordination may hold only where a KB name has one
 # ("cleft lip and palate"): "nasal bridge and low" (in "... and low-set ears") or "lip or cleft" are no mentions.
 COORDINATING_WORDS = frozenset({"and", "or", "and/or"})
+# What makes a list a coordination the linker splits ("A, B and C"; "A/B C"), where commas alone do not.
+CONJUNCTIONS = COORDINATORS - {","}
 
 
 def _goes_on(word: str) -> bool:
@@ -241,6 +243,32 @@ def modifier_starts(tokens: TokenColumns, start: int, index: NameIndex, max_word
     return starts
 
 
+def _words_keys(keyed: Sequence[Optional[Tuple[str, ...]]], start: int, end: int) -> FrozenSet[str]:
+    """The content-word keys of tokens ``start`` to ``end``."""
+    return frozenset(k for i in range(start, end) for k in keyed[i] or ())
+
+
+def _is_hyphen_link(tokens: TokenColumns, strings: StringStore, i: int) -> bool:
+    """Does the hyphen at token ``i`` join the words on either side of it ("low-set")?"""
+    return strings[tokens.lower[i]] == "-" and tokens.attached[i - 1] and tokens.attached[i] and bool(tokens.keys[i - 1])
+
+
+def _compound_end(tokens: TokenColumns, strings: StringStore, start: int, end: int) -> int:
+    """Where the hyphenated word that starts at token ``start`` ends ("low-set" in "low-set ears"), within ``end``."""
+    i = start + 1
+    while i + 1 < end and _is_hyphen_link(tokens, strings, i) and tokens.keys[i + 1]:
+        i += 2
+    return i
+
+
+def _compound_start(tokens: TokenColumns, strings: StringStore, last: int) -> int:
+    """Where the hyphenated word that ends at token ``last`` starts ("low-set" in "low-set and ...")."""
+    i = last
+    while i >= 2 and _is_hyphen_link(tokens, strings, i - 1) and tokens.keys[i]:
+        i -= 2
+    return i
+
+
 def propose(
     doc: Doc,
     index: NameIndex,
@@ -258,7 +286,10 @@ def propose(
     disease; the abbreviations component adds the short forms a text defines), nor an acronym of
     fewer than ``MIN_UNDEFINED_ACRONYM_CHARS`` characters that is not among the ``short_forms`` the
     text introduces in parentheses ("HT"). A coordination whose first conjunct completes the rest into a name
-    ("breast and ovarian cancer", "breast/ovarian cancer") is proposed whole; the linker splits it.
+    ("breast and ovarian cancer", "breast/ovarian cancer", "small and low-set ears": a hyphenated word is
+    one conjunct; "low-set and posteriorly rotated ears": the conjunct stands for all the head's modifiers)
+    is proposed whole, and the linker splits it; commas alone make no coordination ("impaired memory,
+    weight loss": list items as often as adjectives).
     A name with up to ``max_modifiers`` KB modifiers before it is proposed too, as ``"modified"``
     ("hemorrhagic cystitis"): the encoder decides whether the modifier belongs to the mention.
     With ``variants``, an n-gram whose words name a KB name through the word-variant table is
@@ -314,7 +345,7 @@ def propose(
                 found.extend(Proposal(s, end, "modified") for s in modifier_starts(tokens, start, index, max_modifiers))
             # "breast and/or | ovarian cancer": does "breast" + "cancer" name something too? And
             # "branchial, otic and | renal anomalies": each earlier conjunct of a list, while they do
-            head = key_set - frozenset(keyed[start])  # type: ignore[arg-type]
+            head = key_set - _words_keys(keyed, start, _compound_end(tokens, strings, start, end))
             shared_head: Optional[bool] = None  # do the shared words hold the head of a name of key_set?
             first = start
             while end - start >= 2 and head:
@@ -323,9 +354,12 @@ def propose(
                     before -= 1
                 if not (0 <= before < first - 1 and keyed[before]):
                     break
+                last, before = before, _compound_start(tokens, strings, before)  # a hyphenated conjunct is one word: "low-set"
                 if before > 0 and ((attached[before - 1] and strings[lower[before - 1]] == "-") or (first < start and keyed[before - 1])):
                     break  # not "Chotzen" of "Saethre-Chotzen"; a list's earlier item stands alone (not "cancer" of "breast cancer and …")
-                own = frozenset(keyed[before])  # type: ignore[arg-type]
+                own = _words_keys(keyed, before, last + 1)
+                if before < last and own in index.exact:
+                    break  # a hyphenated name is a list's item: "ataxia-telangiectasia and Li-Fraumeni syndrome"
                 conjunct = head | own
                 # the conjunct takes the place of the word it stands beside: a modifier where the shared words
                 # hold the head ("breast and ovarian cancer": "breast cancer"), else the head ("aplasia or
@@ -334,7 +368,13 @@ def propose(
                     shared_head = kind != "exact" or index.has_head(key_set, head)
                 want = head if shared_head else own
                 if not index.has_head(conjunct, want) and not (variants is not None and variants.match(conjunct)):
-                    break
-                found.append(Proposal(before, end, "coordinated"))
+                    # or in the place of all the head's modifiers: "low-set [ears] and posteriorly rotated ears"
+                    heads = frozenset(w for w in head if index.has_head(key_set, (w,))) if shared_head else frozenset()
+                    if not (heads and len(heads) < len(head) and index.has_head(own | heads, heads)):
+                        break
                 first = before
+                if any(strings[lower[i]] in CONJUNCTIONS for i in range(before, end)):
+                    # commas alone join list items as often as adjectives ("impaired memory, weight loss"), and
+                    # the linker splits no such list: "broad, flat nasal bridge" is no coordination of names
+                    found.append(Proposal(before, end, "coordinated"))
     return found

@@ -23,6 +23,9 @@ from spacy_sapbert.composites import split_composite, split_mention
             ["sporadic breast cancer", "brain cancer", "prostate cancer", "kidney cancer"],
         ),
         ("retinal  and the pineal tumours", ["retinal tumours", "pineal tumours"]),  # spaces normalised
+        # an adverb and its participle are one modifier
+        ("low-set and posteriorly rotated ears", ["low-set ears", "posteriorly rotated ears"]),
+        ("late and early onset disease", ["late onset disease", "early onset disease"]),
     ],
 )
 def test_coordinations_are_split(mention, parts):
@@ -37,6 +40,7 @@ def test_coordinations_are_split(mention, parts):
         "ataxia (gait and limb)",  # an "and" inside a gloss
         "and",
         "breast cancer and breast cancer",  # nothing new: kept whole
+        "broad, flat nasal bridge",  # commas alone: list items as often as adjectives ("memory, weight loss")
         "",
     ],
 )

@@ -193,6 +193,15 @@ def test_a_split_composite_predicts_each_parts_concept(mini_ncbi, tmp_path, tiny
     assert predicted_spans(doc, find_linker(nlp)) == [PredictedSpan(0, 25, ("MESH:D001943", "MESH:D010051"))]
     counts = score_document([GoldSpan(0, 25, ("MESH:D001943", "MESH:D010051"))], predicted_spans(doc, find_linker(nlp)))
     assert counts.link_right == 1 and counts.doc_gold_found == 2
+    # what link and annotate write: each part's concept, and PubTator's composite ids
+    from spacy_sapbert.documents import InputDocument
+    from spacy_sapbert.shards import _pubtator, span_records
+
+    (record,) = span_records(doc, [find_linker(nlp)])
+    assert [(p["query"], p["cui"]) for p in record["parts"]] == [("breast cancer", "MESH:D001943"), ("ovarian cancer", "MESH:D010051")]
+    assert record["cui"] == "MESH:D001943" and record["parts"][1]["name"] and record["parts"][1]["score"] == 1.0
+    line = _pubtator(InputDocument(id="1", text=doc.text), [record]).splitlines()[2]
+    assert line.split("\t")[5] == "MESH:D001943|MESH:D010051"
 
 
 def test_threshold_sweep_scores_one_run_at_each_nil_threshold(mini_ncbi, tmp_path, tiny_bert_path):

@@ -12,7 +12,8 @@ from spacy_sapbert.word_variants import VariantTable
 NLP = spacy.blank("en")
 HPO_LIKE = ["Depressed nasal bridge", "Broad nasal bridge", "Low-set ears", "Cleft lip", "Cleft palate",
             "Cleft lip and palate", "Palmar pits", "Plantar pits", "Branchial anomaly", "Renal anomaly", "Ear anomaly",
-            "Preauricular pit", "Auricular pit", "Neoplasm", "Cancer", "Cortical cataract", "Cataract"]
+            "Preauricular pit", "Auricular pit", "Neoplasm", "Cancer", "Cortical cataract", "Cataract", "Small ears",
+            "Posteriorly rotated ears", "Flat nasal bridge", "Memory loss", "Weight loss"]
 
 
 def proposed(text, names=HPO_LIKE, **kw):
@@ -56,6 +57,20 @@ def test_each_conjunct_is_proposed_with_the_shared_head():
     assert "breast/ovarian cancer" in texts(proposed("breast cancer and breast/ovarian cancer", names))
     found = texts(proposed("Saethre-Chotzen, Crouzon, and Pfeiffer syndromes", names))
     assert "Crouzon, and Pfeiffer syndromes" in found and "Chotzen, Crouzon, and Pfeiffer syndromes" not in found
+
+
+def test_hyphenated_conjuncts_and_modifier_groups_are_coordinated_with_and_or_not_commas_alone():
+    found = proposed("small and low-set ears")  # the proposal's first word is "low-set", not "low"
+    assert ("small and low-set ears", "coordinated") in found
+    # the conjunct in place of all the head's modifiers: "low-set [ears] and posteriorly rotated ears"
+    assert ("low-set and posteriorly rotated ears", "coordinated") in proposed("low-set and posteriorly rotated ears")
+    # commas alone join list items as often as adjectives, and the linker splits no such list
+    for text in ("small, low-set ears", "a broad, flat nasal bridge", "impaired memory, weight loss and ataxia"):
+        assert not {t for t, kind in proposed(text) if kind == "coordinated"}, text
+    assert ("memory, weight loss and ataxia", "coordinated") not in proposed("impaired memory, weight loss and ataxia")
+    # a hyphenated name is a list's item, not a modifier
+    names = ["Ataxia-telangiectasia", "Ataxia telangiectasia syndrome", "Li-Fraumeni syndrome"]
+    assert not {t for t, kind in proposed("ataxia-telangiectasia and Li-Fraumeni syndrome", names) if kind == "coordinated"}
 
 
 def test_a_conjunct_joins_the_shared_words_only_as_a_modifier_of_their_head():

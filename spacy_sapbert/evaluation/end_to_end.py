@@ -237,7 +237,6 @@ def predicted_spans(doc, linker, nested: bool = True) -> List[PredictedSpan]:
     from ..search import Candidate
 
     out = []
-    parts_attr = getattr(linker, "parts_attr", None)
     ents = {(e.start, e.end) for e in doc.ents}
     for span in linker.spans_to_link(doc):
         if not nested and (span.start, span.end) not in ents:
@@ -247,12 +246,8 @@ def predicted_spans(doc, linker, nested: bool = True) -> List[PredictedSpan]:
             cui = None  # below the deciding threshold (a threshold sweep decides above the run's)
         concepts: Tuple[str, ...] = ()
         if cui is not None:
-            parts = (span._.get(parts_attr) if parts_attr else None) or []
-            if len(parts) > 1:
-                decided = (linker.best([Candidate(*c) for c in cands]) for _, cands in parts)
-                concepts = tuple(dict.fromkeys(b.concept_id for b in decided if b is not None)) or (cui,)
-            else:
-                concepts = (cui,)
+            decided = linker.decided_parts(span) if hasattr(linker, "decided_parts") else []
+            concepts = tuple(dict.fromkeys(b.concept_id for _, b in decided if b is not None)) or (cui,)
         out.append(PredictedSpan(span.start_char, span.end_char, concepts))
     return out
 
