@@ -690,7 +690,9 @@ def test_issue_examples(nlp, text, target, attr, value):
 # instructions, hedges), written for lexicon 1.11.0 from how notes are written, not from the NegEx/ConText set:
 # a lexicon change that breaks one shows here (1.11.0's first draft had ": negative" swallow "negative for").
 # Known gaps, left as they are: "X were excluded" (in research abstracts mostly an exclusion criterion:
-# "patients with diabetes were excluded"), "? X", "X vs Y", "may have X", "childhood X".
+# "patients with diabetes were excluded"), "? X", "X vs Y", "may have X", "childhood X", a sentence opening
+# "Neither X nor Y" (in abstracts mostly a negated effect: "Neither carboplatin nor rHuEPO influenced tumor
+# growth"), and a backward trigger across "and" ("Ataxia was mild and seizures were absent" negates both).
 CLINICAL_PHRASINGS = [
     ("Pulmonary embolism was excluded.", "Pulmonary embolism", "negated", True),
     ("Postrenal failure has been excluded by ultrasound.", "Postrenal failure", "negated", True),
