@@ -358,8 +358,10 @@ def propose(
                 if before > 0 and ((attached[before - 1] and strings[lower[before - 1]] == "-") or (first < start and keyed[before - 1])):
                     break  # not "Chotzen" of "Saethre-Chotzen"; a list's earlier item stands alone (not "cancer" of "breast cancer and …")
                 own = _words_keys(keyed, before, last + 1)
-                if before < last and own in index.exact:
-                    break  # a hyphenated name is a list's item: "ataxia-telangiectasia and Li-Fraumeni syndrome"
+                if own <= head or (before < last and own in index.exact):
+                    # the end of a list's item ("5th finger clinodactyly and fifth finger clinodactyly"), or a
+                    # hyphenated name ("ataxia-telangiectasia and Li-Fraumeni syndrome"): no modifier of the shared words
+                    break
                 conjunct = head | own
                 # the conjunct takes the place of the word it stands beside: a modifier where the shared words
                 # hold the head ("breast and ovarian cancer": "breast cancer"), else the head ("aplasia or

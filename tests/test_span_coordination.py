@@ -71,6 +71,9 @@ def test_hyphenated_conjuncts_and_modifier_groups_are_coordinated_with_and_or_no
     # a hyphenated name is a list's item, not a modifier
     names = ["Ataxia-telangiectasia", "Ataxia telangiectasia syndrome", "Li-Fraumeni syndrome"]
     assert not {t for t, kind in proposed("ataxia-telangiectasia and Li-Fraumeni syndrome", names) if kind == "coordinated"}
+    # a conjunct that repeats the shared words ends a list's item
+    names = ["Finger clinodactyly", "Fifth finger clinodactyly", "5th finger clinodactyly"]
+    assert not {t for t, kind in proposed("5th finger clinodactyly and fifth finger clinodactyly", names) if kind == "coordinated"}
 
 
 def test_a_conjunct_joins_the_shared_words_only_as_a_modifier_of_their_head():
