@@ -97,8 +97,8 @@ def split_mention(mention: str) -> List[str]:
     ovary``, ``breast/ovarian cancer``, ``type 1 and type 2 diabetes`` and ``low-set and posteriorly
     rotated ears`` are split. Names that contain "and" as one concept ("hand, foot and mouth
     disease") are split too: a word list cannot tell them apart, and the linker keeps parts only
-    when each links better than the whole. Not split: a mention with brackets (an "and" inside a parenthesis belongs to a
-    gloss) and a split that leaves a part equal to the whole.
+    when each links better than the whole. Not split: a mention with brackets (an "and" inside a
+    parenthesis belongs to a gloss) and a split that leaves a part equal to the whole.
     """
     text = " ".join(mention.split())
     if not text or _BRACKETS.search(text) or ("/" not in text and not _CONJUNCTION.search(text)):
