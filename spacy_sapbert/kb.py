@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -42,6 +43,7 @@ KB_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 STRING_TABLES = ("names", "display_names", "concept_ids", "concept_names")
 LIST_TABLES = ("concept_types", "concept_xrefs")
+_INNER_HYPHEN = re.compile(r"(?<=[^\W_])-(?=[^\W_])")  # "pre-auricular": a hyphen inside a word
 DICT_LOOKUP_NAMES = 1_000_000  # above this many names, ``row_of_name`` searches hashes instead of building a dict
 V1_FILES = ("names.txt", "display_names.txt", "concepts.jsonl")
 _HASH_CHUNK = 1 << 24
@@ -262,24 +264,35 @@ class ConceptKB:
 
     def row_of_variant(self, text: str) -> Optional[int]:
         """The row of the name that ``text`` spells another way, or None: its words are the name's up to
-        case, punctuation, number and British spelling (``normalize.name_words``: "haematuria" and
-        "retinopathies" are *Hematuria* and *Retinopathy*). None where names of different concepts
-        share those words, in a KB that keeps case, and above ``DICT_LOOKUP_NAMES`` names (the
-        words of every name would be a second table that large). The first such name's row."""
+        case, punctuation, number, British spelling (``normalize.name_words``: "haematuria" and
+        "retinopathies" are *Hematuria* and *Retinopathy*) and hyphens inside a word ("pre-auricular
+        pits" is *Preauricular pit*, "upslanting" a name's "up-slanting"). None where names of
+        different concepts share those words, in a KB that keeps case, and above ``DICT_LOOKUP_NAMES``
+        names (the words of every name would be a second table that large). The first such name's row."""
         if not self.lowercase or len(self.names) > DICT_LOOKUP_NAMES:
             return None
         if self._row_of_words is None:
             rows: Dict[Tuple[str, ...], int] = {}
+            closed: Dict[Tuple[str, ...], int] = {}  # the words of names with a hyphen inside a word, written closed
             keys: Dict[str, str] = {}
+
+            def add(table: Dict[Tuple[str, ...], int], words: Tuple[str, ...], i: int) -> None:
+                first = table.setdefault(words, i)
+                if first >= 0 and first != i and set(self.concepts_of_name(first).tolist()) != set(self.concepts_of_name(i).tolist()):
+                    table[words] = -1
+
             for i, name in enumerate(self.names):
                 words = tuple(name_words(name, keys))
-                if not words:  # "+", "--": no word to compare
-                    continue
-                first = rows.setdefault(words, i)
-                if first >= 0 and first != i and set(self.concepts_of_name(first).tolist()) != set(self.concepts_of_name(i).tolist()):
-                    rows[words] = -1
+                if words:  # "+", "--": no word to compare
+                    add(rows, words, i)
+                if "-" in name and (joined := tuple(name_words(_INNER_HYPHEN.sub("", name), keys))) != words:
+                    add(closed, joined, i)
+            for words, i in closed.items():  # a name as written wins
+                rows.setdefault(words, i)
             self._row_of_words = rows
         row = self._row_of_words.get(tuple(name_words(text)), -1)
+        if row < 0 and "-" in text:
+            row = self._row_of_words.get(tuple(name_words(_INNER_HYPHEN.sub("", text))), -1)
         return row if row >= 0 else None
 
     def normalize(self, text: str) -> str:

@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Collection, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
+import numpy as np
 from spacy.attrs import LOWER, SENT_START, SPACY
-from spacy.strings import StringStore
+from spacy.strings import StringStore, get_string_id
 from spacy.tokens import Doc
 
 from .normalize import STOPWORDS, WORD, word_key
@@ -35,6 +36,7 @@ COORDINATORS = frozenset({"and", "or", "and/or", "/", ","})
 # The coordinating words a proposal other than a coordination may hold only where a KB name has one
 # ("cleft lip and palate"): "nasal bridge and low" (in "... and low-set ears") or "lip or cleft" are no mentions.
 COORDINATING_WORDS = frozenset({"and", "or", "and/or"})
+_HYPHEN_ID = get_string_id("-")
 # What makes a list a coordination the linker splits ("A, B and C"; "A/B C"), where commas alone do not.
 CONJUNCTIONS = COORDINATORS - {","}
 
@@ -96,6 +98,7 @@ class NameIndex:
         in_capitals: List[FrozenSet[str]] = []
         case_counts: Dict[str, List[int]] = {}  # word → [names in capitals, other names] it is in
         n_names = 0
+        pairs: Set[str] = set()  # two words one after the other in a name ("end stage"), as "a b"
         for name in names:
             words = WORD.findall(name)
             content = [self.key(w) for w in words if w.lower() not in STOPWORDS]
@@ -120,6 +123,7 @@ class NameIndex:
             else:
                 written_lower.add(keys)
             self.vocab.update(self.key(w) for w in words)
+            pairs.update(f"{a} {b}".lower() for a, b in zip(words, words[1:]))
             self.exact.add(keys)
             if any(w.lower() in COORDINATING_WORDS for w in words):
                 self.coordinated.add(keys)
@@ -138,6 +142,9 @@ class NameIndex:
         self.word_count = counts
         self.word_share = {k: c / n_names for k, c in counts.items()}
         self.modifiers = frozenset(k for k, c in before_another.items() if c >= MIN_MODIFIER_NAMES and k.isalpha())
+        # the word pairs a name writes apart that another writes as one word ("end-stage", "endstage"): a text's
+        # hyphenated pair is those words, not the closed word ("closed_compound")
+        self.written_apart = frozenset(p for p in pairs if self.key(p.replace(" ", "")) in self.vocab)
 
     def has_head(self, keys: FrozenSet[str], words: Collection[str]) -> bool:
         """Is one of ``words`` the head (``name_head``) of a name whose words are ``keys``?"""
@@ -185,6 +192,14 @@ class NameIndex:
                     self.token_keys(h, strings)
             return [known[h] for h in lower]
 
+    def closed_compound(self, first: int, second: int, strings: StringStore) -> Optional[str]:
+        """The key of the word two hyphen-joined words make written as one ("up" + "slanting":
+        "upslanting"), where the KB's vocabulary has it and no name writes the two apart ("end stage"
+        renal disease); None elsewhere."""
+        a, b = strings[first], strings[second]
+        key = self.key(a + b)
+        return key if key in self.vocab and key not in STOPWORDS and f"{a} {b}" not in self.written_apart else None
+
     def match(self, keys: FrozenSet[str]) -> Optional[str]:
         """How ``keys`` match a name: ``"exact"`` (same content words), ``"partial"`` (one word fewer), or None.
 
@@ -220,8 +235,15 @@ def token_columns(doc: Doc, index: NameIndex) -> TokenColumns:
         return TokenColumns([], [], [], [])
     columns = doc.to_array([LOWER, SENT_START, SPACY])
     lower = columns[:, 0].tolist()
-    return TokenColumns(lower, index.keys_of(lower, doc.vocab.strings), (columns[:, 1] == 1).tolist(),
-                        (columns[:, 2] == 0).tolist())
+    keys, attached = index.keys_of(lower, doc.vocab.strings), (columns[:, 2] == 0).tolist()
+    for i in np.flatnonzero(columns[1:-1, 0] == _HYPHEN_ID).tolist():
+        i += 1
+        if attached[i - 1] and attached[i]:
+            closed = index.closed_compound(lower[i - 1], lower[i + 1], doc.vocab.strings)
+            if closed is not None:  # "up-slanting" is the KB's "upslanting", "pre-auricular" its "preauricular"
+                keys[i - 1] = keys[i + 1] = (closed,)  # a mention may start at the first part and end at the second
+                keys[i] = ()
+    return TokenColumns(lower, keys, (columns[:, 1] == 1).tolist(), attached)
 
 
 def modifier_starts(tokens: TokenColumns, start: int, index: NameIndex, max_words: int) -> List[int]:
@@ -330,6 +352,8 @@ def propose(
                 kind = "variant"
             if kind is None or (coordinated and key_set not in index.coordinated):
                 continue
+            if end + 1 < n and keyed[end + 1] == token_keys and attached[end - 1] and strings[lower[end]] == "-":
+                continue  # the first part of a word written closed ("angio" of "angio-oedema", token_columns)
             if kind != "variant" and keys[-1] not in index.last_words and end < n and _goes_on(strings[lower[end]]):
                 continue  # ends on a word that ends no name, before a word: "carcinoma of the renal | pelvis"
             if len(key_set) == 1 and index.is_generic(keys[0], max_generic_share):

@@ -218,6 +218,17 @@ def test_a_name_spelt_another_way_finds_its_row_unless_its_words_name_other_conc
     assert ConceptKB.from_records(RECORDS, lowercase=False).row_of_variant("diabetes-mellitus") is None  # case kept: no guessing
 
 
+def test_a_hyphen_inside_a_word_is_a_spelling():
+    kb = ConceptKB.from_records([R("H1", "Preauricular pit"), R("H2", "Up-slanting palpebral fissures"), R("H3", "Low-set ears"),
+                                 R("H4", "Lowset ears"), R("H5", "Co-operation"), R("H6", "Cooperation")])
+    row = kb.row_of_name
+    assert kb.row_of_variant("pre-auricular pits") == row("preauricular pit")  # the text writes it apart
+    assert kb.row_of_variant("upslanting palpebral fissures") == row("up-slanting palpebral fissures")  # the name does
+    assert kb.row_of_variant("low-set ears") == row("low-set ears")  # a name as written wins over another written closed
+    assert kb.row_of_variant("co-operation") == row("co-operation") and kb.row_of_variant("cooperation") == row("cooperation")
+    assert kb.row_of_variant("pre - auricular pit") is None  # a hyphen between words is no spelling
+
+
 def test_an_ambiguous_names_concepts_come_likeliest_first(tmp_path):
     """Priors decide first, then the number of names, then record order (D2 and D3 share "MI")."""
     row = lambda kb: kb.row_of_name("MI")  # noqa: E731

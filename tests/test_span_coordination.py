@@ -76,6 +76,17 @@ def test_hyphenated_conjuncts_and_modifier_groups_are_coordinated_with_and_or_no
     assert not {t for t, kind in proposed("5th finger clinodactyly and fifth finger clinodactyly", names) if kind == "coordinated"}
 
 
+def test_a_hyphenated_word_the_kb_writes_closed_is_that_word():
+    names = ["Upslanting palpebral fissure", "Preauricular pit", "Angiooedema", "End-stage renal disease", "Endstage",
+             "Breast cancer"]
+    found = texts(proposed("up-slanting palpebral fissures, bilateral pre-auricular pits and angio-oedema", names))
+    assert {"up-slanting palpebral fissures", "pre-auricular pits", "angio-oedema"} <= found
+    assert not {"angio", "up", "pre"} & found  # a mention never ends on the first part of such a word
+    # a pair some name writes apart stays two words: "end-stage renal disease" is no "endstage renal disease"
+    assert "end-stage renal disease" in texts(proposed("end-stage renal disease", names))
+    assert "breast cancer" in texts(proposed("breast cancer-susceptibility genes", names))  # no closed word: ends before the hyphen
+
+
 def test_a_conjunct_joins_the_shared_words_only_as_a_modifier_of_their_head():
     # "loss" + "vision" are the words of "Vision loss", but in "hearing loss or blurred vision" the
     # shared word "vision" is no head of that name: "loss or blurred vision" is not proposed
