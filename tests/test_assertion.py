@@ -742,6 +742,10 @@ CLINICAL_PHRASINGS = [
     ("Hypotonia has not been observed in any patient.", "Hypotonia", "negated", True),
     ("Seizures were not a feature.", "Seizures", "negated", True),
     ("Seizures have not been reported with this drug.", "Seizures", "negated", False),
+    # 1.17.0: what did not improve is there
+    ("He showed no improvement of ataxia.", "ataxia", "negated", False),
+    ("No reduction in seizure frequency.", "seizure frequency", "negated", False),
+    ("No response of seizures to valproate.", "seizures", "negated", False),
     # 1.14.0: what a negation excepts is there
     ("There were no dysmorphic features other than a prominent forehead.", "prominent forehead", "negated", False),
     ("No malformations with the exception of a small atrial septal defect.", "atrial septal defect", "negated", False),
