@@ -713,6 +713,8 @@ CLINICAL_PHRASINGS = [
     ("REASON FOR CONSULTATION: Syncope.", "Syncope", "section", "clinical_history"),
     ("Treatment carries a risk for hypocalcemia, even in cases of severe hypercalcemia.", "hypercalcemia", "hypothetical", False),
     ("FHx: breast cancer in mother.", "breast cancer", "experiencer", "other"),
+    ("Breast and ovarian cancer run in her family.", "Breast and ovarian cancer", "experiencer", "other"),  # 1.18.0
+    ("Deafness runs in the family.", "Deafness", "experiencer", "other"),
     ("FH: diabetes.", "diabetes", "experiencer", "other"),
     ("Family hx of colon cancer.", "colon cancer", "experiencer", "other"),
     ("Mother with breast cancer.", "breast cancer", "experiencer", "other"),
