@@ -21,7 +21,6 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 from spacy.attrs import IDX, LENGTH, LOWER
 from spacy.language import Language
 from spacy.scorer import Scorer, get_ner_prf
-from spacy.strings import get_string_id
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example
 from spacy.util import filter_spans, registry
@@ -31,12 +30,11 @@ from .config_only import ConfigOnlyPipe
 from .linker_settings import config_defaults, settings_signature
 from .overlap import pipe_predicted
 from .scoring import ENTS_SCORE_WEIGHTS
-from .span_proposals import COORDINATORS, NameIndex, Proposal, propose
+from .span_proposals import COORDINATOR_IDS, NameIndex, Proposal, propose
 from .variant_proposals import VariantMatcher, variant_matcher
 
 RESOLVE_MODES = ("longest", "best", "all")
 ProposalTuple = Tuple[int, int, str]  # a ``Proposal``'s start, end and kind
-COORDINATOR_IDS = frozenset(get_string_id(w) for w in COORDINATORS)  # as ``Doc.to_array(LOWER)`` gives them
 # Which spans inside a longer accepted one the span group keeps with ``resolve="all"``: every one;
 # only those inside a coordination ("plantar pits" in "palmar and plantar pits"), the nested
 # mentions that phenotype corpora annotate most consistently; or those and the KB names that end a

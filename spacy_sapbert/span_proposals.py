@@ -36,9 +36,11 @@ COORDINATORS = frozenset({"and", "or", "and/or", "/", ","})
 # The coordinating words a proposal other than a coordination may hold only where a KB name has one
 # ("cleft lip and palate"): "nasal bridge and low" (in "... and low-set ears") or "lip or cleft" are no mentions.
 COORDINATING_WORDS = frozenset({"and", "or", "and/or"})
+# The same as ``Doc.to_array(LOWER)`` gives them; the conjunctions make a list a coordination the linker splits
+# ("A, B and C"; "A/B C"), where commas alone do not.
+COORDINATOR_IDS = frozenset(get_string_id(w) for w in COORDINATORS)
+CONJUNCTION_IDS = COORDINATOR_IDS - {get_string_id(",")}
 _HYPHEN_ID = get_string_id("-")
-# What makes a list a coordination the linker splits ("A, B and C"; "A/B C"), where commas alone do not.
-CONJUNCTIONS = COORDINATORS - {","}
 
 
 def _goes_on(word: str) -> bool:
@@ -98,7 +100,7 @@ class NameIndex:
         in_capitals: List[FrozenSet[str]] = []
         case_counts: Dict[str, List[int]] = {}  # word → [names in capitals, other names] it is in
         n_names = 0
-        pairs: Set[str] = set()  # two words one after the other in a name ("end stage"), as "a b"
+        pairs: Set[str] = set()
         for name in names:
             words = WORD.findall(name)
             content = [self.key(w) for w in words if w.lower() not in STOPWORDS]
@@ -142,9 +144,9 @@ class NameIndex:
         self.word_count = counts
         self.word_share = {k: c / n_names for k, c in counts.items()}
         self.modifiers = frozenset(k for k, c in before_another.items() if c >= MIN_MODIFIER_NAMES and k.isalpha())
-        # the word pairs a name writes apart that another writes as one word ("end-stage", "endstage"): a text's
-        # hyphenated pair is those words, not the closed word ("closed_compound")
-        self.written_apart = frozenset(p for p in pairs if self.key(p.replace(" ", "")) in self.vocab)
+        # two words one after the other in a name, as "a b" (lower case): a text's hyphenated pair that a name
+        # writes apart ("end stage") is those words, not the word it makes closed ("closed_compound")
+        self.adjacent = frozenset(pairs)
 
     def has_head(self, keys: FrozenSet[str], words: Collection[str]) -> bool:
         """Is one of ``words`` the head (``name_head``) of a name whose words are ``keys``?"""
@@ -198,7 +200,7 @@ class NameIndex:
         renal disease); None elsewhere."""
         a, b = strings[first], strings[second]
         key = self.key(a + b)
-        return key if key in self.vocab and key not in STOPWORDS and f"{a} {b}" not in self.written_apart else None
+        return key if key in self.vocab and key not in STOPWORDS and f"{a} {b}" not in self.adjacent else None
 
     def match(self, keys: FrozenSet[str]) -> Optional[str]:
         """How ``keys`` match a name: ``"exact"`` (same content words), ``"partial"`` (one word fewer), or None.
@@ -270,23 +272,23 @@ def _words_keys(keyed: Sequence[Optional[Tuple[str, ...]]], start: int, end: int
     return frozenset(k for i in range(start, end) for k in keyed[i] or ())
 
 
-def _is_hyphen_link(tokens: TokenColumns, strings: StringStore, i: int) -> bool:
+def _is_hyphen_link(tokens: TokenColumns, i: int) -> bool:
     """Does the hyphen at token ``i`` join the words on either side of it ("low-set")?"""
-    return strings[tokens.lower[i]] == "-" and tokens.attached[i - 1] and tokens.attached[i] and bool(tokens.keys[i - 1])
+    return tokens.lower[i] == _HYPHEN_ID and tokens.attached[i - 1] and tokens.attached[i] and bool(tokens.keys[i - 1])
 
 
-def _compound_end(tokens: TokenColumns, strings: StringStore, start: int, end: int) -> int:
+def _compound_end(tokens: TokenColumns, start: int, end: int) -> int:
     """Where the hyphenated word that starts at token ``start`` ends ("low-set" in "low-set ears"), within ``end``."""
     i = start + 1
-    while i + 1 < end and _is_hyphen_link(tokens, strings, i) and tokens.keys[i + 1]:
+    while i + 1 < end and _is_hyphen_link(tokens, i) and tokens.keys[i + 1]:
         i += 2
     return i
 
 
-def _compound_start(tokens: TokenColumns, strings: StringStore, last: int) -> int:
+def _compound_start(tokens: TokenColumns, last: int) -> int:
     """Where the hyphenated word that ends at token ``last`` starts ("low-set" in "low-set and ...")."""
     i = last
-    while i >= 2 and _is_hyphen_link(tokens, strings, i - 1) and tokens.keys[i]:
+    while i >= 2 and _is_hyphen_link(tokens, i - 1) and tokens.keys[i]:
         i -= 2
     return i
 
@@ -332,7 +334,7 @@ def propose(
     n = len(doc)
     lower, attached = tokens.lower, tokens.attached
     for start in range(n):
-        if not keyed[start] or (start > 0 and attached[start - 1] and strings[lower[start - 1]] == "-"):
+        if not keyed[start] or (start > 0 and attached[start - 1] and lower[start - 1] == _HYPHEN_ID):
             continue  # never "auricular pits" out of "pre-auricular pits", nor "Tooth" out of "Charcot-Marie-Tooth"
         keys: List[str] = []
         coordinated = False
@@ -352,7 +354,7 @@ def propose(
                 kind = "variant"
             if kind is None or (coordinated and key_set not in index.coordinated):
                 continue
-            if end + 1 < n and keyed[end + 1] == token_keys and attached[end - 1] and strings[lower[end]] == "-":
+            if end + 1 < n and keyed[end + 1] == token_keys and attached[end - 1] and lower[end] == _HYPHEN_ID:
                 continue  # the first part of a word written closed ("angio" of "angio-oedema", token_columns)
             if kind != "variant" and keys[-1] not in index.last_words and end < n and _goes_on(strings[lower[end]]):
                 continue  # ends on a word that ends no name, before a word: "carcinoma of the renal | pelvis"
@@ -369,17 +371,19 @@ def propose(
                 found.extend(Proposal(s, end, "modified") for s in modifier_starts(tokens, start, index, max_modifiers))
             # "breast and/or | ovarian cancer": does "breast" + "cancer" name something too? And
             # "branchial, otic and | renal anomalies": each earlier conjunct of a list, while they do
-            head = key_set - _words_keys(keyed, start, _compound_end(tokens, strings, start, end))
+            if end - start < 2 or start == 0 or lower[start - 1] not in COORDINATOR_IDS:
+                continue  # no list before it: most proposals
+            head = key_set - _words_keys(keyed, start, _compound_end(tokens, start, end))
             shared_head: Optional[bool] = None  # do the shared words hold the head of a name of key_set?
             first = start
-            while end - start >= 2 and head:
+            while head:
                 before = first - 1
-                while before >= 0 and strings[lower[before]] in COORDINATORS:
+                while before >= 0 and lower[before] in COORDINATOR_IDS:
                     before -= 1
                 if not (0 <= before < first - 1 and keyed[before]):
                     break
-                last, before = before, _compound_start(tokens, strings, before)  # a hyphenated conjunct is one word: "low-set"
-                if before > 0 and ((attached[before - 1] and strings[lower[before - 1]] == "-") or (first < start and keyed[before - 1])):
+                last, before = before, _compound_start(tokens, before)  # a hyphenated conjunct is one word: "low-set"
+                if before > 0 and ((attached[before - 1] and lower[before - 1] == _HYPHEN_ID) or (first < start and keyed[before - 1])):
                     break  # not "Chotzen" of "Saethre-Chotzen"; a list's earlier item stands alone (not "cancer" of "breast cancer and …")
                 own = _words_keys(keyed, before, last + 1)
                 if own <= head or (before < last and own in index.exact):
@@ -399,7 +403,7 @@ def propose(
                     if not (heads and len(heads) < len(head) and index.has_head(own | heads, heads)):
                         break
                 first = before
-                if any(strings[lower[i]] in CONJUNCTIONS for i in range(before, end)):
+                if any(lower[i] in CONJUNCTION_IDS for i in range(before, end)):
                     # commas alone join list items as often as adjectives ("impaired memory, weight loss"), and
                     # the linker splits no such list: "broad, flat nasal bridge" is no coordination of names
                     found.append(Proposal(before, end, "coordinated"))
