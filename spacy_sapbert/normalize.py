@@ -37,7 +37,7 @@ STOPWORDS = frozenset(
 )
 _BRITISH = (("aemia", "emia"), ("haem", "hem"), ("paed", "ped"), ("oedem", "edem"), ("oesoph", "esoph"),
             ("oestr", "estr"), ("foet", "fet"), ("coel", "cel"), ("diarrhoea", "diarrhea"), ("ischaem", "ischem"),
-            ("leukaem", "leukem"), ("gynaec", "gynec"), ("orthopaed", "orthoped"), ("faec", "fec"))
+            ("leukaem", "leukem"), ("gynaec", "gynec"), ("orthopaed", "orthoped"), ("faec", "fec"), ("naev", "nev"))
 # "our" → "or" in tumour(s), tumourigenesis, behavioural, favoured, colouring; not four, hour, contour, resources
 _BRITISH_OUR = re.compile(r"(?<=[a-z]{3})(?<!nt)our(?=s?\b|[ai]|e[dr]|ing|ful|less)")
 
@@ -60,14 +60,23 @@ def fold_accents(text: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
 
 
+# plurals no suffix rule reaches: each maps to its singular, which then takes the rules as any word
+_IRREGULAR_PLURALS = {"teeth": "tooth", "feet": "foot", "lenses": "lens", "children": "child", "women": "woman",
+                      "men": "man", "mice": "mouse", "geese": "goose"}
+# Latin singulars in -ex/-ix (-ices) and -ux/-yx (-uces/-yces), keyed as their plurals lose the "s"
+_LATIN_X = ((re.compile(r"[ei]x$"), "ice"), (re.compile(r"(?<=[uy])x$"), "ce"))
+
+
 def word_key(word: str) -> str:
     """A lower-cased word reduced to the form its variants share: no accents, singular, American spelling.
 
     Applied to KB names and text alike, so the rules need only be consistent, not linguistically
     perfect ("tumours" → "tumor", "vertebrae" → "vertebra", "anaemia" → "anemia", "localised" →
-    "localize", "café" → "cafe").
+    "localize", "café" → "cafe"; Latin plurals: "emboli" → "embolus", "hallux" and "halluces" →
+    "halluce"; "teeth" → "tooth").
     """
     w = fold_accents(word.lower())
+    w = _IRREGULAR_PLURALS.get(w, w)
     if len(w) <= 3 or w.isdigit():
         return w
     w = american_spelling(w)
@@ -81,6 +90,11 @@ def word_key(word: str) -> str:
         w = w[:-2] + "is"  # stenoses, paralyses, metastases; not diseases
     elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
         w = w[:-1]  # also "kidneys", "delays": the singular ends in "y"
+    elif w.endswith("i"):
+        w = w[:-1] + "us"  # emboli, nevi, thrombi, nuclei, glomeruli (and "coli", "typhi": the same lemma)
+    if w.endswith("x"):
+        for pattern, plural in _LATIN_X:  # hallux, cortex, index, cervix, varix, calyx; "reflex"/"reflexes" alike
+            w = pattern.sub(plural, w)
     if w.endswith(("ised", "ising", "isation")):
         w = re.sub(r"is(ed|ing|ation)$", r"iz\1", w)
     return w

@@ -90,6 +90,7 @@ class NameIndex:
         self.partial: Set[FrozenSet[str]] = set()
         self.capitals_only: Set[FrozenSet[str]] = set()
         self.coordinated: Set[FrozenSet[str]] = set()  # the words of names with "and"/"or" in them
+        self.repeated: Set[FrozenSet[str]] = set()  # the words of names that write one of them twice ("cell-cell")
         # a name's words (two or more) -> its head, or the heads of the names with those words: a string where
         # there is one (the GC tracks no tuple or set per name)
         self._heads: Dict[FrozenSet[str], Union[str, FrozenSet[str]]] = {}
@@ -127,6 +128,8 @@ class NameIndex:
             self.vocab.update(self.key(w) for w in words)
             pairs.update(f"{a} {b}".lower() for a, b in zip(words, words[1:]))
             self.exact.add(keys)
+            if len(content) > len(keys):
+                self.repeated.add(keys)
             if any(w.lower() in COORDINATING_WORDS for w in words):
                 self.coordinated.add(keys)
             head = name_head(name, self.key)
@@ -293,6 +296,15 @@ def _compound_start(tokens: TokenColumns, last: int) -> int:
     return i
 
 
+_CONNECTOR_IDS = frozenset(get_string_id(w) for w in ("and", "or", "and/or", "with"))
+
+
+def _parallel(keyed: Sequence[Optional[Tuple[str, ...]]], lower: Sequence[int], start: int, end: int) -> bool:
+    """Does the first word of tokens ``start`` to ``end`` start a second conjunct after "and"/"or"/"with"
+    ("cleft lip with cleft palate"), not end the span ("nausea and vomiting and nausea")?"""
+    return any(lower[i - 1] in _CONNECTOR_IDS and keyed[i] == keyed[start] for i in range(start + 2, end - 1))
+
+
 def propose(
     doc: Doc,
     index: NameIndex,
@@ -345,10 +357,13 @@ def propose(
             if not token_keys:
                 coordinated = coordinated or strings[lower[end - 1]] in COORDINATING_WORDS
                 continue  # a mention never ends on a function word or inner punctuation
-            keys.extend(token_keys)
+            if not (end - start > 2 and keyed[end - 3] == token_keys and lower[end - 2] == _HYPHEN_ID and attached[end - 3]):
+                keys.extend(token_keys)  # the second part of a closed compound ("pre-auricular") is no second word
             if len(keys) > max_words:
                 break
             key_set = frozenset(keys)
+            if len(key_set) < len(keys) and key_set not in index.repeated and not _parallel(keyed, lower, start, end):
+                continue  # a word twice, where no name has it twice: "cells from basal cell naevus"
             kind = index.match(key_set)
             if kind is None and variants is not None and variants.match(key_set):
                 kind = "variant"

@@ -42,6 +42,14 @@ def test_word_keys_join_plurals_and_british_spellings():
     assert word_key("diseases") == word_key("disease") and word_key("causes") == word_key("cause")
     assert word_key("stenosis") == "stenosis" and word_key("ss") == "ss"
     assert word_key("kidneys") == word_key("kidney") and word_key("delays") == word_key("delay")  # "Enlarged kidneys"
+    # Latin and irregular plurals, British "naevus": "basal cell naevi" is HPO's "Basal cell nevus"
+    for plural, singular in [("emboli", "embolus"), ("nevi", "nevus"), ("naevi", "nevus"), ("thrombi", "thrombus"),
+                             ("halluces", "hallux"), ("indices", "index"), ("cortices", "cortex"), ("apices", "apex"),
+                             ("calyces", "calyx"), ("reflexes", "reflex"), ("teeth", "tooth"), ("feet", "foot"),
+                             ("lenses", "lens"), ("children", "child")]:
+        assert word_key(plural) == word_key(singular), (plural, singular)
+    assert word_key("devices") == word_key("device") != word_key("index")  # an English -ice word keeps its key
+    assert len({word_key(w) for w in ["hallux", "helix", "index", "calyx", "device"]}) == 5
     assert content_keys("type C brachydactyly".split()) == content_keys("Brachydactyly type C".split())
 
 
@@ -68,6 +76,22 @@ def test_partial_matches_never_drop_the_head_nor_the_first_word_of_a_name():
     assert index.match(content_keys("blood pressure".split())) is None
     assert index.match(content_keys("renal function".split())) is None
     assert index.match(content_keys("increased pressure".split())) == "partial"
+
+
+def test_a_word_written_twice_matches_only_a_name_that_writes_it_twice():
+    index = NameIndex(["Basal cell nevus", "Renal cell carcinoma", "Clear cell renal cell carcinoma", "Optic atrophy",
+                       "Cleft lip and palate", "Nausea and vomiting"])
+    nlp = spacy.blank("en")
+    doc = nlp("Cells from basal cell naevus patients; renal cell carcinoma cell lines; a clear-cell renal cell carcinoma.")
+    found = {doc[p.start : p.end].text for p in propose(doc, index)}
+    assert {"basal cell naevus", "renal cell carcinoma", "clear-cell renal cell carcinoma"} <= found
+    # the set of words is a name's, but one of them is there twice
+    assert not {"Cells from basal cell naevus", "renal cell carcinoma cell"} & found
+    doc = nlp("Chorioretinal atrophy with optic atrophy; cleft lip with cleft palate; nausea and vomiting and nausea.")
+    found = {doc[p.start : p.end].text for p in propose(doc, index)}
+    assert "atrophy with optic atrophy" not in found and "optic atrophy" in found
+    assert "cleft lip with cleft palate" in found  # a second conjunct that repeats the first word: "cleft [lip] with cleft palate"
+    assert "nausea and vomiting" in found and "nausea and vomiting and nausea" not in found  # the repeat ends it: a list
 
 
 def test_acronyms_and_names_written_in_capitals():
