@@ -62,6 +62,17 @@ def _split_coordination(mention: str, align_modifiers: bool = False) -> List[str
     return items
 
 
+def _split_adjectives(mention: str) -> List[str]:
+    """``broad, flat nasal bridge`` → ``broad nasal bridge``, ``flat nasal bridge``: one-word modifiers
+    joined by commas alone, before a last item of two or more words whose first word is the last modifier."""
+    items = [i.strip() for i in mention.split(",")]
+    last = items[-1].split()
+    if len(items) < 2 or len(last) < 2 or any(len(i.split()) != 1 for i in items[:-1]):
+        return []
+    stem = " ".join(last[1:])
+    return [f"{i} {stem}" for i in items[:-1]] + [items[-1]]
+
+
 def _split_slash(mention: str) -> List[str]:
     """``breast/ovarian cancer`` → ``breast cancer``, ``ovarian cancer`` (one slashed word)."""
     words = mention.split()
@@ -95,15 +106,20 @@ def split_mention(mention: str) -> List[str]:
 
     ``breast and ovarian cancer``, ``palmar and/or plantar pits``, ``cancers of the breast and
     ovary``, ``breast/ovarian cancer``, ``type 1 and type 2 diabetes`` and ``low-set and posteriorly
-    rotated ears`` are split. Names that contain "and" as one concept ("hand, foot and mouth
+    rotated ears`` are split, and one-word modifiers joined by commas alone (``broad, flat nasal bridge``). Names that contain "and" as one concept ("hand, foot and mouth
     disease") are split too: a word list cannot tell them apart, and the linker keeps parts only
     when each links better than the whole. Not split: a mention with brackets (an "and" inside a
     parenthesis belongs to a gloss) and a split that leaves a part equal to the whole.
     """
     text = " ".join(mention.split())
-    if not text or _BRACKETS.search(text) or ("/" not in text and not _CONJUNCTION.search(text)):
-        return [mention]  # every splitter needs a conjunction or a slash: most mentions stop here
-    for splitter in (_split_head_of, lambda m: _split_coordination(m, align_modifiers=True), _split_slash):
+    if not text or _BRACKETS.search(text):
+        return [mention]
+    conjunction = _CONJUNCTION.search(text)
+    if not conjunction and "/" not in text and "," not in text:
+        return [mention]  # every splitter needs a conjunction, a comma or a slash: most mentions stop here
+    splitters = (_split_adjectives, _split_slash) if not conjunction else (
+        _split_head_of, lambda m: _split_coordination(m, align_modifiers=True), _split_slash)
+    for splitter in splitters:
         parts = list(dict.fromkeys(p for p in splitter(text) if p))
         if len(parts) > 1 and text not in parts:
             return parts

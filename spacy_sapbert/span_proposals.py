@@ -37,7 +37,7 @@ COORDINATORS = frozenset({"and", "or", "and/or", "/", ","})
 # ("cleft lip and palate"): "nasal bridge and low" (in "... and low-set ears") or "lip or cleft" are no mentions.
 COORDINATING_WORDS = frozenset({"and", "or", "and/or"})
 # The same as ``Doc.to_array(LOWER)`` gives them; the conjunctions make a list a coordination the linker splits
-# ("A, B and C"; "A/B C"), where commas alone do not.
+# ("A, B and C"; "A/B C"), where commas alone do so only between one-word modifiers ("small, low-set ears").
 COORDINATOR_IDS = frozenset(get_string_id(w) for w in COORDINATORS)
 CONJUNCTION_IDS = COORDINATOR_IDS - {get_string_id(",")}
 _HYPHEN_ID = get_string_id("-")
@@ -324,8 +324,8 @@ def propose(
     text introduces in parentheses ("HT"). A coordination whose first conjunct completes the rest into a name
     ("breast and ovarian cancer", "breast/ovarian cancer", "small and low-set ears": a hyphenated word is
     one conjunct; "low-set and posteriorly rotated ears": the conjunct stands for all the head's modifiers)
-    is proposed whole, and the linker splits it; commas alone make no coordination ("impaired memory,
-    weight loss": list items as often as adjectives).
+    is proposed whole, and the linker splits it; commas alone coordinate only one-word modifiers that name
+    nothing alone and end no earlier item ("broad, flat nasal bridge"; "impaired memory, weight loss" is a list).
     A name with up to ``max_modifiers`` KB modifiers before it is proposed too, as ``"modified"``
     ("hemorrhagic cystitis"): the encoder decides whether the modifier belongs to the mention.
     With ``variants``, an n-gram whose words name a KB name through the word-variant table is
@@ -390,6 +390,7 @@ def propose(
                 continue  # no list before it: most proposals
             head = key_set - _words_keys(keyed, start, _compound_end(tokens, start, end))
             shared_head: Optional[bool] = None  # do the shared words hold the head of a name of key_set?
+            adjectives = True  # is each earlier conjunct one word that names nothing alone ("broad, flat nasal bridge")?
             first = start
             while head:
                 before = first - 1
@@ -418,8 +419,10 @@ def propose(
                     if not (heads and len(heads) < len(head) and index.has_head(own | heads, heads)):
                         break
                 first = before
-                if any(lower[i] in CONJUNCTION_IDS for i in range(before, end)):
-                    # commas alone join list items as often as adjectives ("impaired memory, weight loss"), and
-                    # the linker splits no such list: "broad, flat nasal bridge" is no coordination of names
+                adjectives = (adjectives and shared_head and _compound_end(tokens, before, last + 1) == last + 1
+                              and own not in index.exact and not (before > 0 and keyed[before - 1]))  # not "[impaired] memory, weight loss"
+                if adjectives or any(lower[i] in CONJUNCTION_IDS for i in range(before, end)):
+                    # commas alone join list items as often as adjectives ("impaired memory, weight loss"): only
+                    # one-word modifiers that name nothing alone make a comma coordination ("small, low-set ears")
                     found.append(Proposal(before, end, "coordinated"))
     return found

@@ -26,6 +26,9 @@ from spacy_sapbert.composites import split_composite, split_mention
         # an adverb and its participle are one modifier
         ("low-set and posteriorly rotated ears", ["low-set ears", "posteriorly rotated ears"]),
         ("late and early onset disease", ["late onset disease", "early onset disease"]),
+        # one-word modifiers joined by commas alone
+        ("broad, flat nasal bridge", ["broad nasal bridge", "flat nasal bridge"]),
+        ("short, broad, spade-like hands", ["short hands", "broad hands", "spade-like hands"]),
     ],
 )
 def test_coordinations_are_split(mention, parts):
@@ -40,7 +43,8 @@ def test_coordinations_are_split(mention, parts):
         "ataxia (gait and limb)",  # an "and" inside a gloss
         "and",
         "breast cancer and breast cancer",  # nothing new: kept whole
-        "broad, flat nasal bridge",  # commas alone: list items as often as adjectives ("memory, weight loss")
+        "impaired memory, weight loss",  # commas alone between items of two words: a list, no shared words
+        "seizures, ataxia",
         "",
     ],
 )

@@ -59,15 +59,20 @@ def test_each_conjunct_is_proposed_with_the_shared_head():
     assert "Crouzon, and Pfeiffer syndromes" in found and "Chotzen, Crouzon, and Pfeiffer syndromes" not in found
 
 
-def test_hyphenated_conjuncts_and_modifier_groups_are_coordinated_with_and_or_not_commas_alone():
+def test_hyphenated_conjuncts_and_modifier_groups_are_coordinated():
     found = proposed("small and low-set ears")  # the proposal's first word is "low-set", not "low"
     assert ("small and low-set ears", "coordinated") in found
     # the conjunct in place of all the head's modifiers: "low-set [ears] and posteriorly rotated ears"
     assert ("low-set and posteriorly rotated ears", "coordinated") in proposed("low-set and posteriorly rotated ears")
-    # commas alone join list items as often as adjectives, and the linker splits no such list
-    for text in ("small, low-set ears", "a broad, flat nasal bridge", "impaired memory, weight loss and ataxia"):
-        assert not {t for t, kind in proposed(text) if kind == "coordinated"}, text
-    assert ("memory, weight loss and ataxia", "coordinated") not in proposed("impaired memory, weight loss and ataxia")
+    # commas alone join list items as often as adjectives: only one-word modifiers that name nothing alone coordinate
+    assert ("small, low-set ears", "coordinated") in proposed("small, low-set ears")
+    names = ["Broad nasal bridge", "Flat nasal bridge", "Memory loss", "Weight loss", "Impaired memory", "Ataxia",
+             "Broad thumb", "Short thumb"]
+    assert ("broad, flat nasal bridge", "coordinated") in proposed("a broad, flat nasal bridge", names)
+    assert ("short, broad thumbs", "coordinated") in proposed("short, broad thumbs", names)
+    for text in ("impaired memory, weight loss and ataxia", "ataxia, weight loss", "impaired memory, weight loss"):
+        # "memory" ends an item ("impaired memory"); "ataxia" is a name alone
+        assert not {t for t, kind in proposed(text, names) if kind == "coordinated" and "," in t}, text
     # a hyphenated name is a list's item, not a modifier
     names = ["Ataxia-telangiectasia", "Ataxia telangiectasia syndrome", "Li-Fraumeni syndrome"]
     assert not {t for t, kind in proposed("ataxia-telangiectasia and Li-Fraumeni syndrome", names) if kind == "coordinated"}
