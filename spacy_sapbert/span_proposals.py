@@ -305,6 +305,17 @@ def _parallel(keyed: Sequence[Optional[Tuple[str, ...]]], lower: Sequence[int], 
     return any(lower[i - 1] in _CONNECTOR_IDS and keyed[i] == keyed[start] for i in range(start + 2, end - 1))
 
 
+def _shared_front(index: NameIndex, keys: Sequence[str], front: int) -> bool:
+    """Are ``keys`` a name of two or more words, a coordinating word (after ``front`` of them), and one
+    word that takes the place of the name's last word, a word other than its head, to make another name
+    ("hypopigmentation of skin or hair", "abnormality of the hands and feet")?"""
+    if front < 2 or len(keys) != front + 1:
+        return False
+    first = frozenset(keys[:front])
+    return (first in index.exact and not index.has_head(first, keys[front - 1 : front])
+            and frozenset(keys[: front - 1]).union(keys[front:]) in index.exact)
+
+
 def propose(
     doc: Doc,
     index: NameIndex,
@@ -324,7 +335,8 @@ def propose(
     text introduces in parentheses ("HT"). A coordination whose first conjunct completes the rest into a name
     ("breast and ovarian cancer", "breast/ovarian cancer", "small and low-set ears": a hyphenated word is
     one conjunct; "low-set and posteriorly rotated ears": the conjunct stands for all the head's modifiers)
-    is proposed whole, and the linker splits it; commas alone coordinate only one-word modifiers that name
+    is proposed whole, and the linker splits it, as is a name whose last word, not its head, is coordinated with
+    one that makes another name ("hypopigmentation of skin or hair"); commas alone coordinate only one-word modifiers that name
     nothing alone and end no earlier item ("broad, flat nasal bridge"; "impaired memory, weight loss" is a list).
     A name with up to ``max_modifiers`` KB modifiers before it is proposed too, as ``"modified"``
     ("hemorrhagic cystitis"): the encoder decides whether the modifier belongs to the mention.
@@ -350,12 +362,14 @@ def propose(
             continue  # never "auricular pits" out of "pre-auricular pits", nor "Tooth" out of "Charcot-Marie-Tooth"
         keys: List[str] = []
         coordinated = False
+        front = 0  # the words before the first coordinating word; -1 after a second one
         for end in range(start + 1, min(n, start + 4 * max_words) + 1):
             token_keys = keyed[end - 1]
             if token_keys is None or (end > start + 1 and sent_start[end - 1]):
                 break
             if not token_keys:
-                coordinated = coordinated or strings[lower[end - 1]] in COORDINATING_WORDS
+                if strings[lower[end - 1]] in COORDINATING_WORDS:
+                    front, coordinated = (-1 if coordinated else len(keys)), True
                 continue  # a mention never ends on a function word or inner punctuation
             if not (end - start > 2 and keyed[end - 3] == token_keys and lower[end - 2] == _HYPHEN_ID and attached[end - 3]):
                 keys.extend(token_keys)  # the second part of a closed compound ("pre-auricular") is no second word
@@ -368,7 +382,9 @@ def propose(
             if kind is None and variants is not None and variants.match(key_set):
                 kind = "variant"
             if kind is None or (coordinated and key_set not in index.coordinated):
-                continue
+                if not (coordinated and _shared_front(index, keys, front)):
+                    continue
+                kind = "coordinated"  # "hypopigmentation of skin or hair": the linker splits it
             if end + 1 < n and keyed[end + 1] == token_keys and attached[end - 1] and lower[end] == _HYPHEN_ID:
                 continue  # the first part of a word written closed ("angio" of "angio-oedema", token_columns)
             if kind != "variant" and keys[-1] not in index.last_words and end < n and _goes_on(strings[lower[end]]):
