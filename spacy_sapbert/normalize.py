@@ -63,6 +63,7 @@ def fold_accents(text: str) -> str:
 # plurals no suffix rule reaches: each maps to its singular, which then takes the rules as any word
 _IRREGULAR_PLURALS = {"teeth": "tooth", "feet": "foot", "lenses": "lens", "children": "child", "women": "woman",
                       "men": "man", "mice": "mouse", "geese": "goose"}
+_ROMAN = re.compile(r"(?:x{1,3}(?:ix|iv|v?i{0,3})|ix|iv|vi{0,3}|i{1,3})$")  # "viii", "xiv": no plural to take off
 # Latin singulars in -ex/-ix (-ices) and -ux/-yx (-uces/-yces), keyed as their plurals lose the "s"
 _LATIN_X = ((re.compile(r"[ei]x$"), "ice"), (re.compile(r"(?<=[uy])x$"), "ce"))
 
@@ -77,7 +78,7 @@ def word_key(word: str) -> str:
     """
     w = fold_accents(word.lower())
     w = _IRREGULAR_PLURALS.get(w, w)
-    if len(w) <= 3 or w.isdigit():
+    if len(w) <= 3 or w.isdigit() or _ROMAN.match(w):
         return w
     w = american_spelling(w)
     if w.endswith("ae") and len(w) > 5:

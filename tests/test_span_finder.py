@@ -49,6 +49,7 @@ def test_word_keys_join_plurals_and_british_spellings():
                              ("lenses", "lens"), ("children", "child")]:
         assert word_key(plural) == word_key(singular), (plural, singular)
     assert word_key("devices") == word_key("device") != word_key("index")  # an English -ice word keeps its key
+    assert [word_key(w) for w in ("viii", "xiv", "xix")] == ["viii", "xiv", "xix"]  # Roman numerals are no plurals
     assert len({word_key(w) for w in ["hallux", "helix", "index", "calyx", "device"]}) == 5
     assert content_keys("type C brachydactyly".split()) == content_keys("Brachydactyly type C".split())
 
