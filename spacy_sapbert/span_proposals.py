@@ -41,6 +41,7 @@ COORDINATING_WORDS = frozenset({"and", "or", "and/or"})
 COORDINATOR_IDS = frozenset(get_string_id(w) for w in COORDINATORS)
 CONJUNCTION_IDS = COORDINATOR_IDS - {get_string_id(",")}
 _HYPHEN_ID = get_string_id("-")
+_OF_ID = get_string_id("of")
 
 
 def _goes_on(word: str) -> bool:
@@ -307,13 +308,12 @@ def _parallel(keyed: Sequence[Optional[Tuple[str, ...]]], lower: Sequence[int], 
 
 def _shared_front(index: NameIndex, keys: Sequence[str], front: int) -> bool:
     """Are ``keys`` a name of two or more words, a coordinating word (after ``front`` of them), and one
-    word that takes the place of the name's last word, a word other than its head, to make another name
-    ("hypopigmentation of skin or hair", "abnormality of the hands and feet")?"""
+    word that takes the place of the name's last word to make another name ("hypopigmentation of skin or
+    hair", "abnormality of the hands and feet", "metaphyseal flaring and irregularity")?"""
     if front < 2 or len(keys) != front + 1:
         return False
     first = frozenset(keys[:front])
-    return (first in index.exact and not index.has_head(first, keys[front - 1 : front])
-            and frozenset(keys[: front - 1]).union(keys[front:]) in index.exact)
+    return first in index.exact and frozenset(keys[: front - 1]).union(keys[front:]) in index.exact
 
 
 def propose(
@@ -335,8 +335,8 @@ def propose(
     text introduces in parentheses ("HT"). A coordination whose first conjunct completes the rest into a name
     ("breast and ovarian cancer", "breast/ovarian cancer", "small and low-set ears": a hyphenated word is
     one conjunct; "low-set and posteriorly rotated ears": the conjunct stands for all the head's modifiers)
-    is proposed whole, and the linker splits it, as is a name whose last word, not its head, is coordinated with
-    one that makes another name ("hypopigmentation of skin or hair"); commas alone coordinate only one-word modifiers that name
+    is proposed whole, and the linker splits it, as is a name whose last word is coordinated with one that makes
+    another name ("hypopigmentation of skin or hair", "muscle wasting and weakness"); commas alone coordinate only one-word modifiers that name
     nothing alone and end no earlier item ("broad, flat nasal bridge"; "impaired memory, weight loss" is a list).
     A name with up to ``max_modifiers`` KB modifiers before it is proposed too, as ``"modified"``
     ("hemorrhagic cystitis"): the encoder decides whether the modifier belongs to the mention.
@@ -382,8 +382,8 @@ def propose(
             if kind is None and variants is not None and variants.match(key_set):
                 kind = "variant"
             if kind is None or (coordinated and key_set not in index.coordinated):
-                if not (coordinated and _shared_front(index, keys, front)):
-                    continue
+                if not (coordinated and _shared_front(index, keys, front)) or (end < n and lower[end] == _OF_ID):
+                    continue  # not "renal hypoplasia or malformations | of the kidney": the new word heads its own phrase
                 kind = "coordinated"  # "hypopigmentation of skin or hair": the linker splits it
             if end + 1 < n and keyed[end + 1] == token_keys and attached[end - 1] and lower[end] == _HYPHEN_ID:
                 continue  # the first part of a word written closed ("angio" of "angio-oedema", token_columns)

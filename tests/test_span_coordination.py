@@ -180,11 +180,16 @@ def test_a_proposal_does_not_end_on_a_word_that_ends_no_name_before_another_word
 
 def test_a_name_whose_last_word_is_coordinated_with_another_is_one_coordination():
     names = ["Hypopigmentation of the skin", "Hypopigmentation of hair", "Renal failure", "Anemia", "Abnormality of the hand",
-             "Abnormality of the foot", "Finger syndactyly", "Toe syndactyly"]
-    found = proposed("Hypopigmentation of skin or hair; abnormalities of the hands and feet; renal failure and anemia.", names)
-    assert {("Hypopigmentation of skin or hair", "coordinated"), ("abnormalities of the hands and feet", "coordinated")} <= found
-    # the replaced word must not be the name's head: "renal failure and anemia" is two names
+             "Abnormality of the foot", "Finger syndactyly", "Toe syndactyly", "Metaphyseal flaring", "Metaphyseal irregularity"]
+    found = proposed("Hypopigmentation of skin or hair; abnormalities of the hands and feet; renal failure and anemia; "
+                     "metaphyseal flaring and irregularity.", names)
+    assert {("Hypopigmentation of skin or hair", "coordinated"), ("abnormalities of the hands and feet", "coordinated"),
+            ("metaphyseal flaring and irregularity", "coordinated")} <= found  # the head replaced too
+    # the new word must make a name: "renal failure and anemia" is two names
     assert ("renal failure and anemia", "coordinated") not in found and {("renal failure", "exact"), ("anemia", "exact")} <= found
     # one word replaces the last one, and only after one coordinating word
     assert not {t for t, kind in proposed("syndactyly of fingers and feet and toes", names) if kind == "coordinated"}
     assert ("syndactyly of fingers and toes", "coordinated") in proposed("syndactyly of fingers and toes", names)
+    names += ["Renal hypoplasia", "Renal malformation", "Malformation of the kidney"]
+    found = proposed("renal hypoplasia or malformations of the kidney", names)
+    assert ("renal hypoplasia or malformations", "coordinated") not in found and ("malformations of the kidney", "exact") in found
