@@ -242,6 +242,10 @@ def link(
         text = sys.stdin.read()
         if not text.strip():
             raise InputError("<stdin>", None, "empty input: no text to link")
+    elif text is not None and len(text.split()) == 1 and Path(text).is_file():
+        # "link notes.txt" links the eight characters: say so, as it finds nothing in them
+        typer.echo(f"note: {text!r} is linked as text; to link the file, use --input {text} (a document per line) "
+                   f"or 'link - < {text}' (one document)", err=True)
     with contextlib.ExitStack() as stack:
         documents: Optional[Iterator[Tuple[str, Dict[str, Any]]]] = None
         if input is not None:  # read the first document before loading anything: an empty input fails fast

@@ -230,6 +230,13 @@ def test_link_reads_standard_input(tmp_path, tiny_bert_path):
     assert result.exit_code == 1 and last_line(result) == "<stdin>: empty input: no text to link"
     result = CliRunner().invoke(app, ["link", "--input", str(tmp_path / "missing.txt"), *kb])
     assert result.exit_code == 1 and last_line(result) == f"{tmp_path / 'missing.txt'}: no such file or folder"
+    # TEXT that names a file is still text, with a note on stderr saying how to link the file
+    (tmp_path / "note.txt").write_text("The patient had a seizure.\n")
+    result = CliRunner().invoke(app, ["link", str(tmp_path / "note.txt"), *kb])
+    assert result.exit_code == 0 and [line[:5] for line in result.output.splitlines()] == ["note:"]  # no record
+    assert f"to link the file, use --input {tmp_path / 'note.txt'}" in result.output
+    result = CliRunner().invoke(app, ["link", "seizure", *kb])
+    assert "note:" not in result.output and json.loads(result.output)["cui"] == "HP:1"
 
 
 def test_link_of_documents_freezes_the_loaded_pipeline_and_of_one_text_does_not(tmp_path, tiny_bert_path, monkeypatch):
