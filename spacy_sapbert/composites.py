@@ -12,6 +12,7 @@ from typing import Callable, List, Sequence
 
 _CONJUNCTION = re.compile(r",?\s+(?:and/or|and|or)\s+")
 _BRACKETS = re.compile(r"[()\[\]{}]")
+_PREDICATE = re.compile(r"(?P<subject>\S.*?)\s+(?:is|are|was|were)\s+(?P<quality>[\w-]+)", re.IGNORECASE)
 
 
 def _coordinated_items(text: str) -> List[str]:
@@ -114,6 +115,9 @@ def split_mention(mention: str) -> List[str]:
     text = " ".join(mention.split())
     if not text or _BRACKETS.search(text):
         return [mention]
+    predicate = _PREDICATE.fullmatch(text)
+    if predicate:  # a finding stated as a clause, searched as a name: "vibration sense was reduced"
+        return [f"{predicate.group('quality')} {predicate.group('subject')}"]
     conjunction = _CONJUNCTION.search(text)
     if not conjunction and "/" not in text and "," not in text:
         return [mention]  # every splitter needs a conjunction, a comma or a slash: most mentions stop here

@@ -257,7 +257,7 @@ class SapBertLinker(Pipe):
         """What the linker searches for a mention ``text``: the text, then its parts when it looks
         like a coordination ("breast and ovarian cancer") and ``split_composites`` is on."""
         parts = split_mention(text) if self.split_composites else [text]
-        return [text] + (parts if len(parts) > 1 else [])
+        return [text] + (parts if parts != [text] else [])
 
     def normalize(self, text: str) -> str:
         """A query as the KB normalises its names (``ConceptKB.normalize``: the KB decides case and

@@ -104,6 +104,8 @@ def make_span_finder_scorer() -> Callable[..., Dict[str, Any]]:
 
 
 SCORER_CONFIG = {"@scorers": "spacy_sapbert.span_finder_scorer.v1"}
+# the proposals the linker searches in other words as well: a coordination's parts, a clause reordered
+_REWRITTEN = frozenset({"coordinated", "predicative"})
 
 
 @dataclass
@@ -244,7 +246,8 @@ class SpanFinder(ConfigOnlyPipe):
         expanders = [abbreviation_expander(find_abbreviations(text) if self.abbreviations else {}) for text in texts]
         # each proposal as a plain (start, end, kind) tuple, which the garbage collector stops tracking: a batch's
         # thousands of Proposal objects live through the encoder's calls, and its full passes cost more than proposing
-        minimum = {"exact": self.min_exact_score, "coordinated": self.min_exact_score, "partial": self.min_partial_score,
+        minimum = {"exact": self.min_exact_score, "coordinated": self.min_exact_score, "predicative": self.min_exact_score,
+                   "partial": self.min_partial_score,
                    "modified": self.min_modified_score, "variant": self.min_variant_score}
         # a kind whose minimum is above 1.0, a KB name's own score, is switched off: never searched
         proposals = [[(p.start, p.end, p.kind) for p in self.proposals(doc, text) if minimum[p.kind] <= 1.0]
@@ -262,9 +265,9 @@ class SpanFinder(ConfigOnlyPipe):
             if (d, p) not in asked:
                 (start, end, kind), (starts, ends) = p, bounds[d]
                 text = expanders[d](texts[d][starts[start] : ends[end - 1]])
-                key = (kind == "coordinated", text)
+                key = (kind in _REWRITTEN, text)
                 if key not in by_text:
-                    by_text[key] = linker.search_strings(text) if kind == "coordinated" else [text]
+                    by_text[key] = linker.search_strings(text) if kind in _REWRITTEN else [text]
                 asked[d, p] = by_text[key]
             return asked[d, p]
 

@@ -42,6 +42,8 @@ COORDINATOR_IDS = frozenset(get_string_id(w) for w in COORDINATORS)
 CONJUNCTION_IDS = COORDINATOR_IDS - {get_string_id(",")}
 _HYPHEN_ID = get_string_id("-")
 _OF_ID = get_string_id("of")
+# a finding stated as a clause: "vibration sense was | reduced" (the KB's "Reduced vibration sense")
+_COPULA_IDS = frozenset(get_string_id(w) for w in ("is", "are", "was", "were"))
 
 
 def _goes_on(word: str) -> bool:
@@ -306,6 +308,20 @@ def _parallel(keyed: Sequence[Optional[Tuple[str, ...]]], lower: Sequence[int], 
     return any(lower[i - 1] in _CONNECTOR_IDS and keyed[i] == keyed[start] for i in range(start + 2, end - 1))
 
 
+def _is_quality(index: NameIndex, keys: Optional[Tuple[str, ...]]) -> bool:
+    """Is a token one word that precedes another in several KB names ("reduced", "raised", "absent")?"""
+    return keys is not None and len(keys) == 1 and keys[0] in index.modifiers
+
+
+def _starts_phrase(doc: Doc, i: int) -> bool:
+    """Does token ``i`` start a noun phrase: first in its sentence, or after punctuation or a stop word
+    ("the [liver was enlarged]", "although [plasma renin activity was decreased]"; not "hitch hiker [thumb were absent]")?"""
+    if i == 0 or doc[i].is_sent_start:
+        return True
+    before = doc[i - 1]
+    return not before.is_alpha or before.is_stop
+
+
 def _shared_front(index: NameIndex, keys: Sequence[str], front: int) -> bool:
     """Are ``keys`` a name of two or more words, a coordinating word (after ``front`` of them), and one
     word that takes the place of the name's last word to make another name ("hypopigmentation of skin or
@@ -341,7 +357,9 @@ def propose(
     A name with up to ``max_modifiers`` KB modifiers before it is proposed too, as ``"modified"``
     ("hemorrhagic cystitis"): the encoder decides whether the modifier belongs to the mention.
     With ``variants``, an n-gram whose words name a KB name through the word-variant table is
-    proposed as ``"variant"`` ("cutaneous abnormalities").
+    proposed as ``"variant"`` ("cutaneous abnormalities"). A name stated as a clause, its words before
+    "is/are/was/were" and one KB modifier after it, is proposed as ``"predicative"`` ("vibration sense was
+    reduced": *Reduced vibration sense*), and the linker searches it reordered.
 
     No proposal starts inside a hyphenated word ("auricular pits" in "pre-auricular pits"); one may end
     before a hyphen, as the first part of a compound is a mention ("breast cancer" in "breast
@@ -363,8 +381,13 @@ def propose(
         keys: List[str] = []
         coordinated = False
         front = 0  # the words before the first coordinating word; -1 after a second one
+        predicate: Optional[int] = None  # the words before "was" in "vibration sense was reduced"
         for end in range(start + 1, min(n, start + 4 * max_words) + 1):
             token_keys = keyed[end - 1]
+            if (token_keys is None and predicate is None and keys and not coordinated and lower[end - 1] in _COPULA_IDS
+                    and end < n and _is_quality(index, keyed[end]) and _starts_phrase(doc, start)):
+                predicate = len(keys)
+                continue
             if token_keys is None or (end > start + 1 and sent_start[end - 1]):
                 break
             if not token_keys:
@@ -379,6 +402,14 @@ def propose(
             if len(key_set) < len(keys) and key_set not in index.repeated and not _parallel(keyed, lower, start, end):
                 continue  # a word twice, where no name has it twice: "cells from basal cell naevus"
             kind = index.match(key_set)
+            if predicate is not None:  # the quality word after "was": the proposal ends here, a name's words exactly
+                if end + 1 < n and lower[end] == _HYPHEN_ID and attached[end - 1] and attached[end] and keyed[end + 1]:
+                    continue  # "ears are low | -set"
+                if kind == "exact" and not (end < n and keyed[end] and not strings[lower[end]].endswith("ly")):
+                    # a clause's end or an adverb ("were decreased | especially in the right leg"), not a noun phrase
+                    # going on ("thrombocytopenia is heparin-induced | platelet aggregation")
+                    found.append(Proposal(start, end, "predicative"))
+                break
             if kind is None and variants is not None and variants.match(key_set):
                 kind = "variant"
             if kind is None or (coordinated and key_set not in index.coordinated):

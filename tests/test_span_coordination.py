@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import spacy
 
+from spacy_sapbert.composites import split_mention
 from spacy_sapbert.span_proposals import COORDINATORS, NameIndex, propose
 from spacy_sapbert.variant_proposals import VariantMatcher
 from spacy_sapbert.word_variants import VariantTable
@@ -193,3 +194,19 @@ def test_a_name_whose_last_word_is_coordinated_with_another_is_one_coordination(
     names += ["Renal hypoplasia", "Renal malformation", "Malformation of the kidney"]
     found = proposed("renal hypoplasia or malformations of the kidney", names)
     assert ("renal hypoplasia or malformations", "coordinated") not in found and ("malformations of the kidney", "exact") in found
+
+
+def test_a_finding_stated_as_a_clause_is_proposed_whole_and_searched_reordered():
+    names = ["Absent ankle reflexes", "Absent thumb", "Absent speech", "Reduced bone mineral density", "Reduced vision",
+             "Reduced hearing", "Low-set ears", "Low weight", "Low vision", "Hitchhiker thumb", "Seizure"]
+    found = proposed("Ankle reflexes were absent. Bone mineral density is reduced. His ears are low-set. The thumb was absent "
+                     "bilaterally.", names)
+    assert {("Ankle reflexes were absent", "predicative"), ("Bone mineral density is reduced", "predicative"),
+            ("ears are low-set", "predicative"), ("thumb was absent", "predicative")} <= found
+    # a name's words exactly, with the subject a whole phrase and nothing after the quality word but the end of a clause
+    for text in ("Seizures were absent.", "Hitch hiker thumb was absent.", "Ankle reflexes were not absent.",
+                 "Reflexes were absent.", "The thumb was reduced.", "The thumb was absent speech."):
+        assert not {t for t, kind in proposed(text, names) if kind == "predicative"}, text
+    assert split_mention("ankle reflexes were absent") == ["absent ankle reflexes"]
+    assert split_mention("ears are low-set") == ["low-set ears"]
+    assert split_mention("the reflexes") == ["the reflexes"]

@@ -470,3 +470,15 @@ def test_spans_inside_a_longer_one_found_in_one_pass():
         spans = [(s, s + rng.randint(1, 5)) for s in (rng.randint(0, 12) for _ in range(rng.randint(0, 12)))]
         by_pairs = {(s, e) for s, e in spans if any(s2 <= s and e <= e2 and e2 - s2 > e - s for s2, e2 in spans)}
         assert contained_in_longer(spans) == by_pairs
+
+
+def test_a_finding_stated_as_a_clause_links_to_the_name_it_reorders(kb_folder, tiny_bert_path):
+    """"Ankle reflexes were absent" is searched as "absent ankle reflexes" too: the KB name answers it."""
+    records = [R("HP:1", "Absent ankle reflexes", []), R("HP:2", "Absent thumb", []), R("HP:3", "Absent speech", []),
+               R("HP:4", "Ankle swelling", [])]
+    nlp = finder_nlp(kb_folder(records), tiny_bert_path, min_exact_score=0.99)
+    doc = nlp("On examination, ankle reflexes were absent.")
+    assert [(e.text, e.kb_id_) for e in doc.ents] == [("ankle reflexes were absent", "HP:1")]
+    linker = nlp.get_pipe("sapbert_linker")
+    assert linker.search_strings("ankle reflexes were absent") == ["ankle reflexes were absent", "absent ankle reflexes"]
+    assert linker.decided_parts(doc.ents[0]) == []  # one concept, not a composite
