@@ -12,6 +12,7 @@ from typing import Callable, List, Sequence
 
 _CONJUNCTION = re.compile(r",?\s+(?:and/or|and|or)\s+")
 _BRACKETS = re.compile(r"[()\[\]{}]")
+_COPULA = re.compile(r" (?:is|are|was|were) ", re.IGNORECASE)
 _PREDICATE = re.compile(r"(?P<subject>\S.*?)\s+(?:is|are|was|were)\s+(?P<quality>[\w-]+)", re.IGNORECASE)
 
 
@@ -115,7 +116,7 @@ def split_mention(mention: str) -> List[str]:
     text = " ".join(mention.split())
     if not text or _BRACKETS.search(text):
         return [mention]
-    predicate = _PREDICATE.fullmatch(text)
+    predicate = _PREDICATE.fullmatch(text) if _COPULA.search(text) else None
     if predicate:  # a finding stated as a clause, searched as a name: "vibration sense was reduced"
         return [f"{predicate.group('quality')} {predicate.group('subject')}"]
     conjunction = _CONJUNCTION.search(text)
