@@ -95,6 +95,19 @@ def test_review_of_systems_ends_the_section_before_it(nlp):
     assert pneumonia["section"] == "diagnoses" and pneumonia["historical"] is False
 
 
+def test_british_section_titles(nlp):
+    text = ("PAST MEDICAL HISTORY: Asthma.\n"
+            "PRESENTING COMPLAINT: Three days of fever and rigors.\n"
+            "HPC: Productive cough.\n"
+            "DRUG HISTORY: Salbutamol.\n"
+            "O/E: Crackles at the right base.")
+    asthma, fever, rigors, cough, crackles = run(nlp, text, "Asthma", "fever", "rigors", "cough", "Crackles")
+    assert asthma["historical"] is True
+    assert fever["section"] == rigors["section"] == "chief_complaint" and not fever["historical"] and not rigors["historical"]
+    assert cough["section"] == "history_of_present_illness" and crackles["section"] == "physical_exam"
+    assert cough["assertion"] == crackles["assertion"] == "present"
+
+
 def test_a_span_within_a_section_title_is_no_finding():
     nlp = spacy.blank("en", config={"nlp": {"tokenizer": TOKENIZER_CONFIG}})
     nlp.add_pipe("sapbert_context")
