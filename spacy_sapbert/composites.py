@@ -108,10 +108,12 @@ def split_mention(mention: str) -> List[str]:
 
     ``breast and ovarian cancer``, ``palmar and/or plantar pits``, ``cancers of the breast and
     ovary``, ``breast/ovarian cancer``, ``type 1 and type 2 diabetes`` and ``low-set and posteriorly
-    rotated ears`` are split, and one-word modifiers joined by commas alone (``broad, flat nasal bridge``). Names that contain "and" as one concept ("hand, foot and mouth
-    disease") are split too: a word list cannot tell them apart, and the linker keeps parts only
-    when each links better than the whole. Not split: a mention with brackets (an "and" inside a
-    parenthesis belongs to a gloss) and a split that leaves a part equal to the whole.
+    rotated ears`` are split, and so are one-word modifiers joined by commas alone (``broad, flat nasal
+    bridge``). Names that contain "and" as one concept ("hand, foot and mouth disease") are split too:
+    a word list cannot tell them apart, and the linker keeps parts only when each links better than the
+    whole. Not split: a mention with brackets (an "and" inside a parenthesis belongs to a gloss) and a
+    split that leaves a part equal to the whole. A finding stated as a clause gives one part, itself
+    reordered: ``ankle reflexes were absent`` → ``absent ankle reflexes``.
     """
     text = " ".join(mention.split())
     if not text or _BRACKETS.search(text):

@@ -351,9 +351,10 @@ def propose(
     text introduces in parentheses ("HT"). A coordination whose first conjunct completes the rest into a name
     ("breast and ovarian cancer", "breast/ovarian cancer", "small and low-set ears": a hyphenated word is
     one conjunct; "low-set and posteriorly rotated ears": the conjunct stands for all the head's modifiers)
-    is proposed whole, and the linker splits it, as is a name whose last word is coordinated with one that makes
-    another name ("hypopigmentation of skin or hair", "muscle wasting and weakness"); commas alone coordinate only one-word modifiers that name
-    nothing alone and end no earlier item ("broad, flat nasal bridge"; "impaired memory, weight loss" is a list).
+    is proposed whole, and the linker splits it, as is a name whose last word is coordinated with one that
+    makes another name ("hypopigmentation of skin or hair", "muscle wasting and weakness"); commas alone
+    coordinate only one-word modifiers that name nothing alone and end no earlier item ("broad, flat nasal
+    bridge"; "impaired memory, weight loss" is a list).
     A name with up to ``max_modifiers`` KB modifiers before it is proposed too, as ``"modified"``
     ("hemorrhagic cystitis"): the encoder decides whether the modifier belongs to the mention.
     With ``variants``, an n-gram whose words name a KB name through the word-variant table is
