@@ -37,7 +37,9 @@ STOPWORDS = frozenset(
 )
 _BRITISH = (("aemia", "emia"), ("haem", "hem"), ("paed", "ped"), ("oedem", "edem"), ("oesoph", "esoph"),
             ("oestr", "estr"), ("foet", "fet"), ("coel", "cel"), ("diarrhoea", "diarrhea"), ("ischaem", "ischem"),
-            ("leukaem", "leukem"), ("gynaec", "gynec"), ("orthopaed", "orthoped"), ("faec", "fec"), ("naev", "nev"))
+            ("leukaem", "leukem"), ("gynaec", "gynec"), ("orthopaed", "orthoped"), ("faec", "fec"), ("naev", "nev"),
+            ("rrhoea", "rrhea"), ("pnoea", "pnea"), ("aesth", "esth"), ("aetiol", "etiol"), ("caec", "cec"),
+            ("amoeb", "ameb"), ("sulph", "sulf"))
 # "our" → "or" in tumour(s), tumourigenesis, behavioural, favoured, colouring; not four, hour, contour, resources
 _BRITISH_OUR = re.compile(r"(?<=[a-z]{3})(?<!nt)our(?=s?\b|[ai]|e[dr]|ing|ful|less)")
 

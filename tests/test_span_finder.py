@@ -37,6 +37,9 @@ def finder_nlp(kb_path, encoder_path, **span_finder):
 def test_word_keys_join_plurals_and_british_spellings():
     assert word_key("tumours") == word_key("tumors") == word_key("Tumor") == "tumor"
     assert word_key("anaemia") == word_key("anemia")
+    for british, american in [("orthopnoea", "orthopnea"), ("amenorrhoea", "amenorrhea"), ("paraesthesia", "paresthesia"),
+                              ("hypoaesthesia", "hypoesthesia"), ("aetiology", "etiology"), ("sulphate", "sulfate")]:
+        assert word_key(british) == word_key(american), british
     assert word_key("vertebrae") == word_key("vertebra")
     assert word_key("metastases") == word_key("metastasis") and word_key("stenoses") == word_key("stenosis")
     assert word_key("diseases") == word_key("disease") and word_key("causes") == word_key("cause")
