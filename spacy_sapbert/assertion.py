@@ -42,7 +42,8 @@ was negspacy's NegEx (``negex_alias``; left alone where negspacy registered it i
 The work is linear in the document's length: phrases are found with one pass of a word trie, and
 the scopes with one sorted sweep over trigger, terminator and span positions. Sentences come from
 ``doc.sents`` when something set them, else from a fast rule (``., !, ?`` before a capital or a
-digit, blank lines, line breaks before a capital or a list mark, section titles).
+digit, blank lines, line breaks before a capital or a list mark, section titles); a "?" written onto the
+word after it is a query ("?PE", "?autoimmune haemolysis": the lexicon's uncertainty), not a sentence's end.
 """
 from __future__ import annotations
 
@@ -160,6 +161,7 @@ class _Words:
         self.lower: List[int] = self.lower_ids.tolist()
         self.n = len(self.lower)
         self.upper: List[bool] = ((words[:, 4] == 1) & (words[:, 5] == 1) & (words[:, 6] > 1)).tolist()
+        self.spaced: np.ndarray = words[:, 3] == 1  # whitespace follows the word (or a space token does: ``gap``)
         self.gap: Dict[int, str] = {}  # word -> the whitespace after it, where space tokens follow it
         for i in np.flatnonzero(is_space).tolist():
             w = self.before[i] - 1
@@ -181,8 +183,15 @@ class _Words:
 
 
 _PUNCT_IDS = frozenset(get_string_id(p) for p in _SENTENCE_PUNCT)
+_QUERY_ID = get_string_id("?")
 _COLON_ID = get_string_id(":")
 _GAP_STOP_IDS = _PUNCT_IDS | {_COLON_ID, get_string_id(";")}  # a gap (<any N>) stays within a clause
+
+
+def _is_query(words: _Words, i: int) -> bool:
+    """Is word ``i`` a "?" written onto the next word, after a space or at the start ("... anaemia. ?Haemolysis")?"""
+    return (words.orth_ids[i] == _QUERY_ID and not words.spaced[i] and i not in words.gap
+            and (i == 0 or bool(words.spaced[i - 1]) or i - 1 in words.gap))
 
 
 def sentence_starts(words: _Words, extra: Iterable[int] = ()) -> List[int]:
@@ -192,7 +201,7 @@ def sentence_starts(words: _Words, extra: Iterable[int] = ()) -> List[int]:
         starts.update(words.sent_starts)
     else:
         orth = words.orth_ids.tolist()
-        for w in [i + 1 for i, h in enumerate(orth[:-1]) if h in _PUNCT_IDS]:
+        for w in [i + 1 for i, h in enumerate(orth[:-1]) if h in _PUNCT_IDS and not _is_query(words, i)]:
             first = words.text(w)[:1]
             if first.isupper() or first.isdigit() or not first.isalnum():
                 starts.add(w)

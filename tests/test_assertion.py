@@ -108,6 +108,14 @@ def test_british_section_titles(nlp):
     assert cough["assertion"] == crackles["assertion"] == "present"
 
 
+def test_a_question_mark_written_onto_a_finding_queries_it(nlp):
+    text = "IMPRESSION: Anaemia. ?Autoimmune haemolytic anaemia. Any chest pain? Seizures were seen."
+    anaemia, aiha, pain, seizures = run(nlp, text, "Anaemia", "Autoimmune haemolytic anaemia", "chest pain", "Seizures")
+    assert aiha["uncertain"] is True and aiha["assertion"] == "possible"
+    # a question's mark ends its sentence: neither the question's finding nor the next sentence's is queried
+    assert not anaemia["uncertain"] and not pain["uncertain"] and not seizures["uncertain"]
+
+
 def test_a_span_within_a_section_title_is_no_finding():
     nlp = spacy.blank("en", config={"nlp": {"tokenizer": TOKENIZER_CONFIG}})
     nlp.add_pipe("sapbert_context")
