@@ -112,9 +112,11 @@ class NameIndex:
             if not keys or not any(k.isalpha() for k in keys):
                 continue
             n_names += 1
-            self.last_words.add(content[-1])
-            for part in name.split(",")[:-1] if "," in name else ():  # MeSH's "Hypertrophy, Left Ventricular"
-                ends = [w for w in WORD.findall(part) if w.lower() not in STOPWORDS]
+            if "," not in name:
+                self.last_words.add(content[-1])
+            else:  # an inverted name ends its noun phrase before its first comma: MeSH's "Hypertrophy, Left Ventricular",
+                # HPO's "Hypotonia, neonatal, generalized" ("neonatal" ends no phrase: "hypotonia in the neonatal | period")
+                ends = [w for w in WORD.findall(name.split(",", 1)[0]) if w.lower() not in STOPWORDS]
                 if ends:
                     self.last_words.add(self.key(ends[-1]))
             for k in keys:

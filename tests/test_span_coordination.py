@@ -177,6 +177,12 @@ def test_a_proposal_does_not_end_on_a_word_that_ends_no_name_before_another_word
     assert "deficiency of ASPA" in texts(proposed("It led to a deficiency of ASPA and to disease.", names))
     index = NameIndex(names)
     assert {"carcinoma", "hypertension", "proteinuria"} <= index.last_words and "renal" not in index.last_words
+    # an inverted name's words after its first comma end no noun phrase
+    names = ["Hypotonia, neonatal, generalized", "Neonatal hypotonia", "Hypertrophy, Left Ventricular", "Left ventricular hypertrophy"]
+    index = NameIndex(names)
+    assert "hypertrophy" in index.last_words and not {"neonatal", "generalized", "ventricular"} & index.last_words
+    found = texts(proposed("Hypotonia in the neonatal period; hypertrophy of the left ventricular wall.", names))
+    assert not {"Hypotonia in the neonatal", "hypertrophy of the left ventricular"} & found
 
 
 def test_a_name_whose_last_word_is_coordinated_with_another_is_one_coordination():
