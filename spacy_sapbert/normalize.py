@@ -95,7 +95,7 @@ def word_key(word: str) -> str:
         w = w[:-1]  # also "kidneys", "delays": the singular ends in "y"
     elif w.endswith("i"):
         w = w[:-1] + "us"  # emboli, nevi, thrombi, nuclei, glomeruli (and "coli", "typhi": the same lemma)
-    if w.endswith("x"):
+    if w.endswith("x") and len(w) > 3:  # not "sex" of "sexes"
         for pattern, plural in _LATIN_X:  # hallux, cortex, index, cervix, varix, calyx; "reflex"/"reflexes" alike
             w = pattern.sub(plural, w)
     if w.endswith(("ised", "ising", "isation")):

@@ -48,7 +48,7 @@ def test_word_keys_join_plurals_and_british_spellings():
     # Latin and irregular plurals, British "naevus": "basal cell naevi" is HPO's "Basal cell nevus"
     for plural, singular in [("emboli", "embolus"), ("nevi", "nevus"), ("naevi", "nevus"), ("thrombi", "thrombus"),
                              ("halluces", "hallux"), ("indices", "index"), ("cortices", "cortex"), ("apices", "apex"),
-                             ("calyces", "calyx"), ("reflexes", "reflex"), ("teeth", "tooth"), ("feet", "foot"),
+                             ("calyces", "calyx"), ("reflexes", "reflex"), ("sexes", "sex"), ("teeth", "tooth"), ("feet", "foot"),
                              ("lenses", "lens"), ("children", "child")]:
         assert word_key(plural) == word_key(singular), (plural, singular)
     assert word_key("devices") == word_key("device") != word_key("index")  # an English -ice word keeps its key
