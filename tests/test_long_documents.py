@@ -18,7 +18,8 @@ from spacy_sapbert.abbreviations import find_abbreviation_definitions, new_abbre
 from spacy_sapbert.pipelines import build_pipeline
 from spacy_sapbert.records import ConceptRecord as R
 
-RECORDS = [R("D:1", "Tumor", ["Neoplasm"]), R("D:2", "Breast cancer", []), R("D:3", "Cancer", [])]
+# "Tumor tumor …": a name that writes its word twice lets a proposal repeat it (span_proposals), the worst case below
+RECORDS = [R("D:1", "Tumor", ["Neoplasm", "Tumor tumor"]), R("D:2", "Breast cancer", []), R("D:3", "Cancer", [])]
 GROWTH = 8.0  # linear: 4, quadratic: 16
 SLACK_S = 0.05
 
@@ -55,8 +56,8 @@ def finder_nlp(kb_folder, tiny_bert_path):
 
 
 def test_span_finder_on_a_repeated_word_is_linear(finder_nlp):
-    """"tumors tumors …": every n-gram of up to 8 words is a proposal and accepted, so the nested
-    span group is checked for about 8 spans per word (this took 6.7 s at 20k characters, 18.9 s at 40k)."""
+    """"tumors tumors …": every n-gram of up to 8 words is a proposal (the KB writes "Tumor tumor") and accepted,
+    so the nested span group is checked for about 8 spans per word (this took 6.7 s at 20k characters, 18.9 s at 40k)."""
     finder = finder_nlp.get_pipe("sapbert_span_finder")
     finder(finder_nlp.make_doc("tumors " * 20))  # the few distinct queries are searched once, here
 
