@@ -5,6 +5,7 @@ whitespace so that a name typed twice with different spacing is one entry, not t
 """
 from __future__ import annotations
 
+import hashlib
 import re
 import string
 import unicodedata
@@ -101,6 +102,18 @@ def word_key(word: str) -> str:
     if w.endswith(("ised", "ising", "isation")):
         w = re.sub(r"is(ed|ing|ation)$", r"iz\1", w)
     return w
+
+
+# Words that take each of ``word_key``'s rules: what an artifact of keys (a word-variant table) was made with
+_KEY_PROBES = ("tumours", "anaemia", "vertebrae", "kidneys", "ovaries", "branches", "abscesses", "stenoses", "diseases",
+               "emboli", "halluces", "cortex", "calyx", "teeth", "lenses", "viii", "localised", "café", "naevi",
+               "orthopnoea", "paraesthesia", "sulphate", "sexes", "is", "2")
+
+
+def word_key_fingerprint() -> str:
+    """A short digest of what ``word_key`` makes of words that take each of its rules: a table of keys
+    records it, and one made with other rules is refused rather than silently matching less."""
+    return hashlib.sha256("\n".join(word_key(w) for w in _KEY_PROBES).encode()).hexdigest()[:16]
 
 
 def content_keys(words: Iterable[str]) -> FrozenSet[str]:

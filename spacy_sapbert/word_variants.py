@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from .fileio import read_json, write_json
-from .normalize import STOPWORDS, name_words
+from .normalize import STOPWORDS, name_words, word_key_fingerprint
 from .records import ConceptRecord, InputError
 
 TABLE_FORMAT = "spacy-sapbert-word-variants"
-TABLE_VERSION = 1
+TABLE_VERSION = 2  # 2: records the word keys it was mined with (``word_keys``)
 TABLE_FILE = "word_variants.json"  # in a KB folder built with variants: the table it used
 GENERATED_FILE = "generated_names.json"  # in that folder: which names were generated, from which real name
 SHIPPED_TABLE = Path(__file__).parent / "data" / "word_variants.json"
@@ -175,6 +175,7 @@ def mine_word_variants(
     return {
         "format": TABLE_FORMAT,
         "version": TABLE_VERSION,
+        "word_keys": word_key_fingerprint(),
         "sources": provenance,
         "thresholds": {"min_votes": min_votes, "min_concepts": min_concepts, "min_stem_chars": MIN_STEM_CHARS,
                        "min_stem_share": MIN_STEM_SHARE, "max_suffix_chars": MAX_SUFFIX_CHARS,
@@ -197,6 +198,10 @@ def load_table(path: Union[str, Path]) -> Dict[str, object]:
         raise InputError(path, None, f"not a word-variant table (no \"format\": \"{TABLE_FORMAT}\")")
     if table.get("version") != TABLE_VERSION:
         raise InputError(path, None, f"word-variant table version {table.get('version')!r}; this version reads {TABLE_VERSION}")
+    if table.get("word_keys") != word_key_fingerprint():
+        # its pairs are word keys: made by other rules, some would never meet a word again
+        raise InputError(path, None, f"mined with other word keys ({table.get('word_keys')!r}, these are {word_key_fingerprint()!r}): "
+                                     "mine it again (python -m training.mine_word_variants)")
     return table
 
 

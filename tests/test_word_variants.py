@@ -6,9 +6,10 @@ import json
 
 import pytest
 
+from spacy_sapbert import normalize
 from spacy_sapbert.build import build_kb_folder
 from spacy_sapbert.kb import ConceptKB
-from spacy_sapbert.normalize import name_words
+from spacy_sapbert.normalize import name_words, word_key_fingerprint
 from spacy_sapbert.records import ConceptRecord, InputError
 from spacy_sapbert.word_variants import (
     GENERATED_FILE,
@@ -120,6 +121,21 @@ def test_a_file_that_is_no_table_is_refused_with_its_name(tmp_path):
     assert load_table(path)["format"] == "spacy-sapbert-word-variants"
 
 
+def test_a_table_mined_with_other_word_keys_is_refused(tmp_path, monkeypatch):
+    """The pairs are word keys: a table mined before ``word_key`` changed would silently match less."""
+    path = tmp_path / "t.json"
+    table = mine_word_variants({"TINY": TINY})
+    assert table["word_keys"] == word_key_fingerprint()
+    save_table(path, {**table, "word_keys": "0" * 16})
+    with pytest.raises(InputError, match="t.json: mined with other word keys .*mine it again"):
+        load_table(path)
+    monkeypatch.setitem(normalize._IRREGULAR_PLURALS, "teeth", "teeth")  # a rule changed after mining
+    save_table(path, table)
+    assert word_key_fingerprint() != table["word_keys"]
+    with pytest.raises(InputError, match="mined with other word keys"):
+        load_table(path)
+
+
 def test_the_shipped_table_has_its_provenance():
     table = load_table(SHIPPED_TABLE)
     assert set(table["sources"]) >= {"HP", "MONDO", "DOID", "MESH-C"}
@@ -155,7 +171,7 @@ def test_the_variant_matcher_maps_a_phrase_onto_a_kb_names_words():
     from spacy_sapbert.variant_proposals import VariantMatcher
 
     index = NameIndex(["Abnormality of the skin", "Dysplastic patella", "Renal cyst", "Kidney"])
-    table = {"format": "spacy-sapbert-word-variants", "version": 1, "word_order": {}, "pairs": [
+    table = {"format": "spacy-sapbert-word-variants", "version": 2, "word_order": {}, "pairs": [
         {"words": ["cutaneous", "skin"], "kind": "substitution", "votes": 60},
         {"words": ["dysplasia", "dysplastic"], "kind": "derivation", "votes": 17},
         {"words": ["patella", "patellar"], "kind": "derivation", "votes": 9},
