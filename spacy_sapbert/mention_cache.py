@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from .encoder import PicklableLock, SapEncoder
 from .fileio import atomic_open
 from .kb import ConceptKB
+from .normalize import word_key_fingerprint
 from .query_encoder import identity
 from .search import BROADER_MARGIN, Candidate, LinkingKB
 
@@ -28,7 +29,8 @@ CACHE_VERSION = 2  # 2: entries sorted by query, with their sha256
 # name's vector (with ``exact_names``; ``ConceptKB.row_of_variant``), and a British spelling that is no KB
 # name keeps the better of its own and its American spelling's lists; 3 = word keys fold accents, so "café-au-lait
 # spots" is the name *Cafe-au-lait spots* spelt another way. A cache saved before (another or no such key)
-# holds other answers for those queries, so it is refused rather than mixed in.
+# holds other answers for those queries, so it is refused rather than mixed in. The word keys the lookup
+# compares names by (``normalize.word_key``) are part of it: a cache saved before they changed is refused too.
 LOOKUP_VERSION = 3
 
 
@@ -38,7 +40,8 @@ def cache_key(linking_kb: LinkingKB, encoder: SapEncoder, *, top_k: int, exact_n
     ``exact_names``, how queries are searched (``LOOKUP_VERSION``), the fusion weight and the query
     encoder where one is set (a saved cache loads only where these are the same)."""
     key = {"kb": linking_kb.meta["kb_fingerprint"], "index": linking_kb.index.meta, "encoder": encoder.fingerprint,
-           "precision": encoder.precision, "top_k": top_k, "exact_names": exact_names, "lookup": LOOKUP_VERSION,
+           "precision": encoder.precision, "top_k": top_k, "exact_names": exact_names,
+           "lookup": f"{LOOKUP_VERSION}/{word_key_fingerprint()}",
            "fusion_weight": fusion_weight}
     if query_encoder is not None:
         key["query_encoder"] = identity(query_encoder)

@@ -383,8 +383,12 @@ def test_a_cache_of_another_linker_is_refused(tmp_path, kb):
     saved = json.loads((tmp_path / "c.json").read_text())
     del saved["key"]["lookup"]  # saved before names spelt another way and British spellings were looked up as now
     (tmp_path / "old.json").write_text(json.dumps(saved))
-    with pytest.raises(DamagedCacheError, match=r"another version of the linker's lookup \(lookup none, now \d+\)"):
+    with pytest.raises(DamagedCacheError, match=r"another version of the linker's lookup \(lookup none, now \d+/[0-9a-f]+\)"):
         fresh.load_cache(tmp_path / "old.json")  # (annotate warns and writes it again: tests/test_annotate_trust.py)
+    saved["key"]["lookup"] = "3"  # saved before the lookup's word keys were part of its version
+    (tmp_path / "old.json").write_text(json.dumps(saved))
+    with pytest.raises(DamagedCacheError, match=r"lookup 3, now 3/[0-9a-f]{16}"):
+        fresh.load_cache(tmp_path / "old.json")
 
 
 def test_a_worker_keeps_the_words_of_its_first_documents_only(kb, monkeypatch):

@@ -248,7 +248,7 @@ def test_a_bad_cache_file_is_discarded_with_a_warning_naming_it(tmp_path, kb, ca
         path.write_text("garbage, not JSON")
     elif case == "an older lookup":
         saved = json.loads(path.read_text())
-        saved["key"]["lookup"] -= 1
+        saved["key"]["lookup"] = "2"  # an older release's (a number then)
         path.write_text(json.dumps(saved))
     else:
         rewrite_cache(path, set_concept("HP:2" if case != "id not in the KB" else "HP:999"), checksum=case != "edited without its checksum")
