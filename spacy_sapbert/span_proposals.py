@@ -17,9 +17,9 @@ from .variant_proposals import VariantMatcher
 
 # The function words a mention may contain ("abnormality of the hand", "breast and/or ovarian
 # cancer"); any other ("is", "was", "not", "which") ends a candidate: "cancer is the second" is no mention.
-INNER_WORDS = frozenset("a an and at by during for from in into of on or the to with within without".split())
+INNER_WORDS = frozenset("a an and and/or at by during for from in into of on or the to with within without".split())
 # Where the words that modify a name's head begin ("abnormality | of the hand").
-PREPOSITIONS = INNER_WORDS - {"a", "an", "and", "or", "the"}
+PREPOSITIONS = INNER_WORDS - {"a", "an", "and", "and/or", "or", "the"}
 # Punctuation that may sit inside a mention ("tonic-clonic", "and/or", "Crohn's"); any other
 # punctuation token ends a candidate.
 INNER_PUNCT = frozenset({"-", "/", "'", "'s"})

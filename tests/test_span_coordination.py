@@ -197,6 +197,7 @@ def test_a_name_whose_last_word_is_coordinated_with_another_is_one_coordination(
     # one word replaces the last one, and only after one coordinating word
     assert not {t for t, kind in proposed("syndactyly of fingers and feet and toes", names) if kind == "coordinated"}
     assert ("syndactyly of fingers and toes", "coordinated") in proposed("syndactyly of fingers and toes", names)
+    assert ("syndactyly of fingers and/or toes", "coordinated") in proposed("syndactyly of fingers and/or toes", names)
     names += ["Renal hypoplasia", "Renal malformation", "Malformation of the kidney"]
     found = proposed("renal hypoplasia or malformations of the kidney", names)
     assert ("renal hypoplasia or malformations", "coordinated") not in found and ("malformations of the kidney", "exact") in found
