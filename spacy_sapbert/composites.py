@@ -13,7 +13,7 @@ from typing import Callable, List, Sequence
 _CONJUNCTION = re.compile(r",?\s+(?:and/or|and|or)\s+")
 _BRACKETS = re.compile(r"[()\[\]{}]")
 _COPULA = re.compile(r" (?:is|are|was|were) ", re.IGNORECASE)
-_PREDICATE = re.compile(r"(?P<subject>\S.*?)\s+(?:is|are|was|were)\s+(?P<quality>[\w-]+)", re.IGNORECASE)
+_PREDICATE = re.compile(r"(?P<subject>\S.*?)\s+(?:is|are|was|were)\s+(?:\w+ly\s+)?(?P<quality>[\w-]+)", re.IGNORECASE)
 
 
 def _coordinated_items(text: str) -> List[str]:
@@ -113,7 +113,8 @@ def split_mention(mention: str) -> List[str]:
     a word list cannot tell them apart, and the linker keeps parts only when each links better than the
     whole. Not split: a mention with brackets (an "and" inside a parenthesis belongs to a gloss) and a
     split that leaves a part equal to the whole. A finding stated as a clause gives one part, itself
-    reordered: ``ankle reflexes were absent`` → ``absent ankle reflexes``.
+    reordered, without an adverb: ``ankle reflexes were absent`` → ``absent ankle reflexes``, ``creatine
+    kinase was markedly elevated`` → ``elevated creatine kinase``.
     """
     text = " ".join(mention.split())
     if not text or _BRACKETS.search(text):

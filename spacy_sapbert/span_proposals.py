@@ -388,9 +388,13 @@ def propose(
         for end in range(start + 1, min(n, start + 4 * max_words) + 1):
             token_keys = keyed[end - 1]
             if (token_keys is None and predicate is None and keys and not coordinated and lower[end - 1] in _COPULA_IDS
-                    and end < n and _is_quality(index, keyed[end]) and _starts_phrase(doc, start)):
-                predicate = len(keys)
-                continue
+                    and _starts_phrase(doc, start)):
+                quality = end + 1 if end + 1 < n and strings[lower[end]].endswith("ly") else end  # "was markedly | elevated"
+                if quality < n and _is_quality(index, keyed[quality]):
+                    predicate = len(keys)
+                    continue
+            if predicate is not None and not keys[predicate:] and strings[lower[end - 1]].endswith("ly"):
+                continue  # the adverb before the quality word
             if token_keys is None or (end > start + 1 and sent_start[end - 1]):
                 break
             if not token_keys:

@@ -205,7 +205,8 @@ def test_a_name_whose_last_word_is_coordinated_with_another_is_one_coordination(
 
 def test_a_finding_stated_as_a_clause_is_proposed_whole_and_searched_reordered():
     names = ["Absent ankle reflexes", "Absent thumb", "Absent speech", "Reduced bone mineral density", "Reduced vision",
-             "Reduced hearing", "Low-set ears", "Low weight", "Low vision", "Hitchhiker thumb", "Seizure"]
+             "Reduced hearing", "Low-set ears", "Low weight", "Low vision", "Hitchhiker thumb", "Seizure", "Elevated creatine kinase",
+             "Elevated lactate", "Elevated ferritin"]
     found = proposed("Ankle reflexes were absent. Bone mineral density is reduced. His ears are low-set. The thumb was absent "
                      "bilaterally.", names)
     assert {("Ankle reflexes were absent", "predicative"), ("Bone mineral density is reduced", "predicative"),
@@ -216,4 +217,7 @@ def test_a_finding_stated_as_a_clause_is_proposed_whole_and_searched_reordered()
         assert not {t for t, kind in proposed(text, names) if kind == "predicative"}, text
     assert split_mention("ankle reflexes were absent") == ["absent ankle reflexes"]
     assert split_mention("ears are low-set") == ["low-set ears"]
+    # an adverb between: proposed with it, searched without it
+    assert ("Creatine kinase was markedly elevated", "predicative") in proposed("Creatine kinase was markedly elevated.", names)
+    assert split_mention("creatine kinase was markedly elevated") == ["elevated creatine kinase"]
     assert split_mention("the reflexes") == ["the reflexes"]
