@@ -12,8 +12,18 @@ from typing import Callable, List, Sequence
 
 _CONJUNCTION = re.compile(r",?\s+(?:and/or|and|or)\s+")
 _BRACKETS = re.compile(r"[()\[\]{}]")
-_COPULA = re.compile(r" (?:is|are|was|were) ", re.IGNORECASE)
-_PREDICATE = re.compile(r"(?P<subject>\S.*?)\s+(?:is|are|was|were)\s+(?:\w+ly\s+)?(?P<quality>[\w-]+)", re.IGNORECASE)
+# A finding stated as a clause: its subject, one of these verbs, perhaps an adverb, the quality word
+# ("creatine kinase was markedly elevated"); the span finder proposes such clauses by the same words.
+COPULAS = ("is", "are", "was", "were")
+
+
+def is_adverb(word: str) -> bool:
+    """An adverb as the clause rule reads one: a word in "-ly" ("markedly", "bilaterally")."""
+    return word.endswith("ly")
+
+
+_COPULA = re.compile(rf" (?:{'|'.join(COPULAS)}) ", re.IGNORECASE)
+_PREDICATE = re.compile(rf"(?P<subject>\S.*?)\s+(?:{'|'.join(COPULAS)})\s+(?:\w+ly\s+)?(?P<quality>[\w-]+)", re.IGNORECASE)
 
 
 def _coordinated_items(text: str) -> List[str]:
@@ -54,7 +64,7 @@ def _split_coordination(mention: str, align_modifiers: bool = False) -> List[str
         return items  # whole names, each with its own head
     if len(last) > 1:
         n_modifier = len(words[-2]) if align_modifiers and len(last) > len(words[-2]) else 1
-        if align_modifiers and n_modifier == 1 and len(last) > 2 and last[0].endswith("ly") and last[1].endswith("ed"):
+        if align_modifiers and n_modifier == 1 and len(last) > 2 and is_adverb(last[0]) and last[1].endswith("ed"):
             n_modifier = 2  # an adverb and the participle it modifies: "low-set and posteriorly rotated ears"
         stem = " ".join(last[n_modifier:])
         return [f"{i} {stem}" for i in items[:-1]] + [items[-1]]

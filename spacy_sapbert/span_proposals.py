@@ -12,6 +12,7 @@ from spacy.attrs import LOWER, SENT_START, SPACY
 from spacy.strings import StringStore, get_string_id
 from spacy.tokens import Doc
 
+from .composites import COPULAS, is_adverb
 from .normalize import STOPWORDS, WORD, word_key
 from .variant_proposals import VariantMatcher
 
@@ -43,7 +44,7 @@ CONJUNCTION_IDS = COORDINATOR_IDS - {get_string_id(",")}
 _HYPHEN_ID = get_string_id("-")
 _OF_ID = get_string_id("of")
 # a finding stated as a clause: "vibration sense was | reduced" (the KB's "Reduced vibration sense")
-_COPULA_IDS = frozenset(get_string_id(w) for w in ("is", "are", "was", "were"))
+_COPULA_IDS = frozenset(get_string_id(w) for w in COPULAS)
 
 
 def _goes_on(word: str) -> bool:
@@ -389,11 +390,11 @@ def propose(
             token_keys = keyed[end - 1]
             if (token_keys is None and predicate is None and keys and not coordinated and lower[end - 1] in _COPULA_IDS
                     and _starts_phrase(doc, start)):
-                quality = end + 1 if end + 1 < n and strings[lower[end]].endswith("ly") else end  # "was markedly | elevated"
+                quality = end + 1 if end + 1 < n and is_adverb(strings[lower[end]]) else end  # "was markedly | elevated"
                 if quality < n and _is_quality(index, keyed[quality]):
                     predicate = len(keys)
                     continue
-            if predicate is not None and not keys[predicate:] and strings[lower[end - 1]].endswith("ly"):
+            if predicate is not None and not keys[predicate:] and is_adverb(strings[lower[end - 1]]):
                 continue  # the adverb before the quality word
             if token_keys is None or (end > start + 1 and sent_start[end - 1]):
                 break
@@ -412,7 +413,7 @@ def propose(
             if predicate is not None:  # the quality word after "was": the proposal ends here, a name's words exactly
                 if end + 1 < n and lower[end] == _HYPHEN_ID and attached[end - 1] and attached[end] and keyed[end + 1]:
                     continue  # "ears are low | -set"
-                if kind == "exact" and not (end < n and keyed[end] and not strings[lower[end]].endswith("ly")):
+                if kind == "exact" and not (end < n and keyed[end] and not is_adverb(strings[lower[end]])):
                     # a clause's end or an adverb ("were decreased | especially in the right leg"), not a noun phrase
                     # going on ("thrombocytopenia is heparin-induced | platelet aggregation")
                     found.append(Proposal(start, end, "predicative"))
