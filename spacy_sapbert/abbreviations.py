@@ -85,13 +85,16 @@ class AbbreviationDefinition:
     long_end: int
 
 
-def _sentences(text: str) -> Iterator[Tuple[int, str]]:
-    """``(offset, sentence)`` pairs, split where ``_SENTENCE_END`` matches."""
+def _sentences_with_parentheses(text: str) -> Iterator[Tuple[int, str]]:
+    """``(offset, sentence)`` pairs of the sentences (split where ``_SENTENCE_END`` matches) that hold
+    a "(": only those can define an abbreviation, and most sentences are never cut out of the text."""
     pos = 0
     for m in _SENTENCE_END.finditer(text):
-        yield pos, text[pos : m.start()]
+        if text.find("(", pos, m.start()) >= 0:
+            yield pos, text[pos : m.start()]
         pos = m.end()
-    yield pos, text[pos:]
+    if text.find("(", pos) >= 0:
+        yield pos, text[pos:]
 
 
 def _word_spans(text: str) -> Tuple[List[int], List[int]]:
@@ -113,7 +116,9 @@ def find_abbreviation_definitions(text: str) -> List[AbbreviationDefinition]:
     sentence: splitting the text before every parenthesis anew made a long sentence (a note
     without full stops) quadratic."""
     found: List[AbbreviationDefinition] = []
-    for offset, sentence in _sentences(text):
+    if "(" not in text:
+        return found
+    for offset, sentence in _sentences_with_parentheses(text):
         starts: List[int] = []
         ends: List[int] = []
         for n_match, match in enumerate(_PARENTHESIS.finditer(sentence)):
