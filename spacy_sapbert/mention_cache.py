@@ -18,6 +18,7 @@ from .encoder import PicklableLock, SapEncoder
 from .fileio import atomic_open
 from .kb import ConceptKB
 from .normalize import word_key_fingerprint
+from .qualities import QUALITY_MARGIN
 from .query_encoder import identity
 from .search import BROADER_MARGIN, Candidate, LinkingKB
 
@@ -28,10 +29,12 @@ CACHE_VERSION = 2  # 2: entries sorted by query, with their sha256
 # How a query is searched (``query_search.search_queries``): 2 = a KB name spelt another way takes that
 # name's vector (with ``exact_names``; ``ConceptKB.row_of_variant``), and a British spelling that is no KB
 # name keeps the better of its own and its American spelling's lists; 3 = word keys fold accents, so "café-au-lait
-# spots" is the name *Cafe-au-lait spots* spelt another way. A cache saved before (another or no such key)
+# spots" is the name *Cafe-au-lait spots* spelt another way; 4 = a candidate keeping the quality the mention states
+# comes first where the best one reverses it (``LinkingKB.prefer_agreeing_quality``), and a broader concept may
+# name the quality with a synonym (``prefer_broader``). A cache saved before (another or no such key)
 # holds other answers for those queries, so it is refused rather than mixed in. The word keys the lookup
 # compares names by (``normalize.word_key``) are part of it: a cache saved before they changed is refused too.
-LOOKUP_VERSION = 3
+LOOKUP_VERSION = 4
 
 
 def cache_key(linking_kb: LinkingKB, encoder: SapEncoder, *, top_k: int, exact_names: bool, fusion_weight: float,
@@ -173,11 +176,12 @@ def check_entries(path: Union[str, Path], saved: Dict[str, Any], kb: Optional[Co
 def ranked_as_searched(scores: Sequence[float]) -> bool:
     """Whether candidate ``scores`` are in an order ``LinkingKB.candidates`` gives: descending, except that
     in a KB with a hierarchy a broader concept within ``BROADER_MARGIN`` of the best may come first
-    (``LinkingKB.prefer_broader``)."""
+    (``LinkingKB.prefer_broader``), and one within ``QUALITY_MARGIN`` that keeps the mention's quality
+    (``LinkingKB.prefer_agreeing_quality``)."""
     rest = scores[1:]
     if any(a < b for a, b in zip(rest, rest[1:])):
         return False
-    return not rest or scores[0] >= rest[0] or rest[0] - scores[0] <= BROADER_MARGIN
+    return not rest or scores[0] >= rest[0] or rest[0] - scores[0] <= max(BROADER_MARGIN, QUALITY_MARGIN)
 
 
 def _not_in_kb(kb: ConceptKB, cand: Candidate) -> Optional[str]:

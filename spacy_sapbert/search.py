@@ -18,7 +18,8 @@ from .encoder import SapEncoder
 from .fileio import atomic_dir, atomic_open, read_json, write_json
 from .index import VectorIndex
 from .kb import ConceptKB
-from .normalize import WORD, content_keys
+from .normalize import STOPWORDS, WORD, content_keys, word_key
+from .qualities import QualityWords
 from .records import ConceptRecord
 from .sparse import CharTfidf
 
@@ -67,6 +68,7 @@ class LinkingKB:
         self.meta = meta
         self.context: Optional[ContextPrototypes] = None  # concept prototypes for context reranking, if built
         self._sparse: Optional[CharTfidf] = None
+        self._qualities: Optional[QualityWords] = None
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -131,6 +133,13 @@ class LinkingKB:
         if self._sparse is None:
             self._sparse = CharTfidf(self.kb.names)
         return self._sparse
+
+    @property
+    def qualities(self) -> QualityWords:
+        """The quality words the names contrast and equate (``qualities.py``; mined on first use)."""
+        if self._qualities is None:
+            self._qualities = QualityWords.from_names(self.kb.names, lambda i: self.kb.concepts_of_name(i).tolist())
+        return self._qualities
 
     # ------------------------------------------------------------------ checks
     @property
@@ -224,6 +233,8 @@ class LinkingKB:
                      for c, (score, row, ambiguous) in ranked[:n]]
             if hierarchy:
                 cands = self.prefer_broader(cands, queries[i])  # type: ignore[index]
+            if queries is not None and cands and cands[0].score < 1.0:
+                cands = self.prefer_agreeing_quality(cands, queries[i])
             out.append(cands[:top_k])
         return out
 
@@ -237,20 +248,29 @@ class LinkingKB:
         adds: when the top name has content words the query lacks ("*late* systolic murmur" for
         "systolic murmur") and an ancestor of its concept whose name holds all the query's words
         scores within ``BROADER_MARGIN`` ("Systolic heart murmur"). A subtype's qualifier that
-        the text does not state is a guess; its parent is what the text says."""
+        the text does not state is a guess; its parent is what the text says. A quality word's
+        synonym counts as the word (``QualityWords.holds``): "reduced muscle tone" is *Hypotonia*
+        ("Low muscle tone"), not its subtype "*Severely* decreased muscle tone"."""
         if len(ranked) < 2 or ranked[0].score >= 1.0:
             return ranked
         top = ranked[0]
         said = content_keys(WORD.findall(query))
-        if content_keys(WORD.findall(top.name)) <= said:
+        if self.qualities.holds(said, content_keys(WORD.findall(top.name))):
             return ranked
         ancestors = set(self.kb.ancestors(top.concept_id))
         for j, cand in enumerate(ranked[1:], 1):
             if top.score - cand.score > BROADER_MARGIN:
                 break
-            if cand.concept_id in ancestors and said <= content_keys(WORD.findall(cand.name)):
+            if cand.concept_id in ancestors and self.qualities.holds(content_keys(WORD.findall(cand.name)), said):
                 return [cand] + ranked[:j] + ranked[j + 1 :]
         return ranked
+
+    def prefer_agreeing_quality(self, ranked: List[Candidate], query: str) -> List[Candidate]:
+        """``ranked`` with a candidate that keeps the quality the mention states first, where the top one
+        reverses it ("decreased ferritin": "Low ferritin level" 0.968 over "Increased ferritin" 0.984;
+        ``QualityWords.prefer_agreeing``)."""
+        words = [word_key(w) for w in WORD.findall(query) if w.lower() not in STOPWORDS]
+        return self.qualities.prefer_agreeing(ranked, words, lambda c: content_keys(WORD.findall(c.name)), lambda c: c.score)
 
     def link(
         self, encoder: SapEncoder, mentions: Sequence[str], top_k: int = 5, batch_size: int = 128, fusion_weight: Optional[float] = None

@@ -387,7 +387,13 @@ def test_a_cache_of_another_linker_is_refused(tmp_path, kb):
         fresh.load_cache(tmp_path / "old.json")  # (annotate warns and writes it again: tests/test_annotate_trust.py)
     saved["key"]["lookup"] = "3"  # saved before the lookup's word keys were part of its version
     (tmp_path / "old.json").write_text(json.dumps(saved))
-    with pytest.raises(DamagedCacheError, match=r"lookup 3, now 3/[0-9a-f]{16}"):
+    with pytest.raises(DamagedCacheError, match=r"lookup 3, now 4/[0-9a-f]{16}"):
+        fresh.load_cache(tmp_path / "old.json")
+    from spacy_sapbert.normalize import word_key_fingerprint
+
+    saved["key"]["lookup"] = f"3/{word_key_fingerprint()}"  # saved before a quality the mention states was kept first
+    (tmp_path / "old.json").write_text(json.dumps(saved))
+    with pytest.raises(DamagedCacheError, match=r"lookup 3/[0-9a-f]{16}, now 4/[0-9a-f]{16}"):
         fresh.load_cache(tmp_path / "old.json")
 
 

@@ -369,15 +369,19 @@ def test_a_span_never_starts_or_ends_on_a_control_or_bidi_character(kb):
 
 
 def test_a_broader_concept_ranked_first_is_a_valid_cache_entry(tmp_path):
-    """``prefer_broader`` puts an ancestor within ``BROADER_MARGIN`` of the best first: a cache of such
-    a KB (the HPO default's) is not damaged; scores that no search gives still are."""
+    """``prefer_broader`` puts an ancestor within ``BROADER_MARGIN`` of the best first, and
+    ``prefer_agreeing_quality`` a name keeping the mention's quality within ``QUALITY_MARGIN``: a cache
+    of such a KB (the HPO default's) is not damaged; scores that no search gives still are."""
     from spacy_sapbert.mention_cache import _entries_sha256, check_entries, ranked_as_searched
+    from spacy_sapbert.qualities import QUALITY_MARGIN
     from spacy_sapbert.search import BROADER_MARGIN
 
+    margin = max(BROADER_MARGIN, QUALITY_MARGIN)
     assert ranked_as_searched([0.95, 0.97, 0.9]) and ranked_as_searched([1.0, 0.9]) and ranked_as_searched([])
-    assert not ranked_as_searched([0.97 - BROADER_MARGIN - 0.01, 0.97]) and not ranked_as_searched([0.97, 0.8, 0.9])
+    assert ranked_as_searched([0.97 - margin + 0.01, 0.97])
+    assert not ranked_as_searched([0.97 - margin - 0.01, 0.97]) and not ranked_as_searched([0.97, 0.8, 0.9])
     entries = [["systolic murmur", [["HP:1", "systolic heart murmur", 0.955, False], ["HP:2", "late systolic murmur", 0.97, False]]]]
     assert check_entries(tmp_path / "c.json", {"entries": entries, "sha256": _entries_sha256(entries)}, None)[0][1][0].concept_id == "HP:1"
-    entries[0][1][0][2] = 0.9  # further below the best than a broader concept may be
+    entries[0][1][0][2] = 0.97 - margin - 0.01  # further below the best than a broader concept may be
     with pytest.raises(DamagedCacheError, match="not finite and in the order a search gives"):
         check_entries(tmp_path / "c.json", {"entries": entries, "sha256": _entries_sha256(entries)}, None)
