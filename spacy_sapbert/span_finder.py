@@ -121,7 +121,9 @@ class SpanFinderSettings:
     links it. ``max_modifiers``: also propose a name with up to this many KB modifiers before it
     ("hemorrhagic cystitis"), kept at ``min_modified_score``. ``word_variants``: ``"shipped"`` or a
     word-variant table's path (``word_variants.py``): also propose phrases whose words name a KB name
-    through the table ("cutaneous abnormalities"), kept at ``min_variant_score``. ``resolve``: ``longest`` or ``best``
+    through the table ("cutaneous abnormalities"), kept at ``min_variant_score``. ``quality_synonyms``: also
+    propose a name with its quality word written as a synonym the KB's names use ("reduced vibration sense"
+    for "Decreased vibration sense"; ``qualities.py``), kept at ``min_exact_score``. ``resolve``: ``longest`` or ``best``
     decide between overlapping spans; ``all`` writes the non-overlapping longest to ``doc.ents`` and
     keeps nested spans too in ``doc.spans[spans_key]`` (``nested``: every nested span, only those
     inside a coordination, or those and the KB names that end a longer span), for a linker with the
@@ -140,6 +142,7 @@ class SpanFinderSettings:
     min_modified_score: float = 0.95
     word_variants: Optional[str] = None
     min_variant_score: float = 0.95
+    quality_synonyms: bool = False
     set_ents: bool = True
     spans_key: Optional[str] = None
     nested: str = "all"
@@ -173,6 +176,7 @@ class SpanFinder(ConfigOnlyPipe):
         for setting in fields(settings):
             setattr(self, "linker_name" if setting.name == "linker" else setting.name, getattr(settings, setting.name))
         self._variants: Optional[VariantMatcher] = None
+        self._synonyms: Optional[Dict[str, Set[str]]] = None
         self._index: Optional[NameIndex] = None
         self._index_kb: Optional[object] = None  # the KB object the index was built from
 
@@ -209,6 +213,7 @@ class SpanFinder(ConfigOnlyPipe):
             self._index = NameIndex(linker.linking_kb.kb.display_names)
             self._index_kb = kb
             self._variants = variant_matcher(self._index.exact, self._index.vocab, self.word_variants) if self.word_variants else None
+            self._synonyms = linker.linking_kb.qualities.synonyms if self.quality_synonyms else None
         return self._index
 
     def initialize(self, get_examples: Optional[Callable[[], Iterable[Example]]] = None, *, nlp: Optional[Language] = None) -> None:
@@ -226,7 +231,8 @@ class SpanFinder(ConfigOnlyPipe):
     def proposals(self, doc: Doc, text: Optional[str] = None) -> List[Proposal]:
         """``propose`` with this component's settings (``text``: ``doc.text``, which spaCy joins anew at each call)."""
         return propose(doc, self.name_index(), self.max_words, self.max_generic_share, self.acronyms,
-                       introduced_short_forms(doc.text if text is None else text), self.max_modifiers, self._variants)
+                       introduced_short_forms(doc.text if text is None else text), self.max_modifiers, self._variants,
+                       self._synonyms)
 
     def predict(self, docs: Sequence[Doc]) -> List[List[Tuple[Span, float]]]:
         """Per doc, the proposals the encoder accepts, with their scores: at least ``min_exact_score``
@@ -247,6 +253,7 @@ class SpanFinder(ConfigOnlyPipe):
         # each proposal as a plain (start, end, kind) tuple, which the garbage collector stops tracking: a batch's
         # thousands of Proposal objects live through the encoder's calls, and its full passes cost more than proposing
         minimum = {"exact": self.min_exact_score, "coordinated": self.min_exact_score, "predicative": self.min_exact_score,
+                   "synonym": self.min_exact_score,
                    "partial": self.min_partial_score,
                    "modified": self.min_modified_score, "variant": self.min_variant_score}
         # a kind whose minimum is above 1.0, a KB name's own score, is switched off: never searched

@@ -5,7 +5,21 @@ words nearly match a KB name's (``NameIndex``, ``propose``). No encoder here: th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Collection, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import (
+    Callable,
+    Collection,
+    Dict,
+    FrozenSet,
+    Iterable,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    Union,
+)
 
 import numpy as np
 from spacy.attrs import LOWER, SENT_START, SPACY
@@ -335,6 +349,18 @@ def _shared_front(index: NameIndex, keys: Sequence[str], front: int) -> bool:
     return first in index.exact and frozenset(keys[: front - 1]).union(keys[front:]) in index.exact
 
 
+def _modifies_next(tokens: TokenColumns, i: int) -> bool:
+    """Can token ``i`` be a quality of the word after it: a word follows, not a function word ("reduced | the growth")?"""
+    return i + 1 < len(tokens.keys) and bool(tokens.keys[i + 1])
+
+
+def _names_with_synonym(index: NameIndex, keys: FrozenSet[str], quality: str, synonyms: Mapping[str, Collection[str]]) -> bool:
+    """Are ``keys`` a KB name's words, two or more, with its ``quality`` word written as a synonym ("reduced
+    vibration sense": "decreased vibration sense")?"""
+    rest = keys - {quality}
+    return bool(rest) and len(rest) < len(keys) and any(s not in rest and rest | {s} in index.exact for s in synonyms.get(quality, ()))
+
+
 def propose(
     doc: Doc,
     index: NameIndex,
@@ -344,6 +370,7 @@ def propose(
     short_forms: Collection[str] = (),
     max_modifiers: int = 0,
     variants: Optional[VariantMatcher] = None,
+    synonyms: Optional[Mapping[str, Collection[str]]] = None,
 ) -> List[Proposal]:
     """Token n-grams of ``doc`` whose words are in the KB's vocabulary and nearly match a KB name.
 
@@ -363,7 +390,10 @@ def propose(
     With ``variants``, an n-gram whose words name a KB name through the word-variant table is
     proposed as ``"variant"`` ("cutaneous abnormalities"). A name stated as a clause, its words before
     "is/are/was/were" and one KB modifier after it, is proposed as ``"predicative"`` ("vibration sense was
-    reduced": *Reduced vibration sense*), and the linker searches it reordered.
+    reduced": *Reduced vibration sense*), and the linker searches it reordered. With ``synonyms`` (a
+    quality word -> its synonyms, ``qualities.QualityWords.synonyms``), a name's words with its quality
+    word written as a synonym are proposed as ``"synonym"`` ("reduced vibration sense": the KB's
+    "Decreased vibration sense"; "vibration sense was reduced"), the quality first (or, in a clause, last).
 
     No proposal starts inside a hyphenated word ("auricular pits" in "pre-auricular pits"); one may end
     before a hyphen, as the first part of a compound is a mention ("breast cancer" in "breast
@@ -410,10 +440,13 @@ def propose(
             if len(key_set) < len(keys) and key_set not in index.repeated and not _parallel(keyed, lower, start, end):
                 continue  # a word twice, where no name has it twice: "cells from basal cell naevus"
             kind = index.match(key_set)
+            if kind is None and synonyms and (predicate is not None or _modifies_next(tokens, start)) and \
+                    _names_with_synonym(index, key_set, keys[-1] if predicate is not None else keys[0], synonyms):
+                kind = "synonym"
             if predicate is not None:  # the quality word after "was": the proposal ends here, a name's words exactly
                 if end + 1 < n and lower[end] == _HYPHEN_ID and attached[end - 1] and attached[end] and keyed[end + 1]:
                     continue  # "ears are low | -set"
-                if kind == "exact" and not (end < n and keyed[end] and not is_adverb(strings[lower[end]])):
+                if kind in ("exact", "synonym") and not (end < n and keyed[end] and not is_adverb(strings[lower[end]])):
                     # a clause's end or an adverb ("were decreased | especially in the right leg"), not a noun phrase
                     # going on ("thrombocytopenia is heparin-induced | platelet aggregation")
                     found.append(Proposal(start, end, "predicative"))

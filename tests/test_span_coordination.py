@@ -221,3 +221,20 @@ def test_a_finding_stated_as_a_clause_is_proposed_whole_and_searched_reordered()
     assert ("Creatine kinase was markedly elevated", "predicative") in proposed("Creatine kinase was markedly elevated.", names)
     assert split_mention("creatine kinase was markedly elevated") == ["elevated creatine kinase"]
     assert split_mention("the reflexes") == ["the reflexes"]
+
+
+def test_a_name_with_its_quality_written_as_a_synonym_is_proposed():
+    """``synonyms`` (``QualityWords.synonyms``): "reduced vibration sense" is the KB's "Decreased vibration sense"."""
+    names = ["Decreased vibration sense", "Poor growth", "Muscle rigidity", "Muscular dystrophy", "Reduced vision", "Reduced hearing",
+             "Reduced bone mineral density"]  # as mined, a synonym is a KB word ("reduced": a quality of 3 names)
+    synonyms = {"reduced": {"decreased", "poor"}, "decreased": {"reduced"}, "poor": {"reduced"}, "muscular": {"muscle"},
+                "muscle": {"muscular"}}
+    found = proposed("Reduced vibration sense in the feet and muscular rigidity.", names, synonyms=synonyms)
+    assert {("Reduced vibration sense", "synonym"), ("muscular rigidity", "synonym")} <= found
+    assert not {k for _, k in proposed("Reduced vibration sense in the feet and muscular rigidity.", names)} & {"synonym"}
+    # in a clause the quality comes last
+    assert ("Vibration sense was reduced", "predicative") in proposed("Vibration sense was reduced.", names, synonyms=synonyms)
+    # a verb's object ("reduced the growth rate") and a lone quality word are no such name
+    assert not {t for t, k in proposed("It reduced the growth rate. It was reduced.", names, synonyms=synonyms) if k == "synonym"}
+    # the name itself is "exact", not a synonym's
+    assert ("Decreased vibration sense", "exact") in proposed("Decreased vibration sense.", names, synonyms=synonyms)

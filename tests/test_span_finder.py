@@ -485,3 +485,14 @@ def test_a_finding_stated_as_a_clause_links_to_the_name_it_reorders(kb_folder, t
     linker = nlp.get_pipe("sapbert_linker")
     assert linker.search_strings("ankle reflexes were absent") == ["ankle reflexes were absent", "absent ankle reflexes"]
     assert linker.decided_parts(doc.ents[0]) == []  # one concept, not a composite
+
+
+def test_quality_synonyms_mined_from_the_kb_propose_a_name_written_with_one(kb_folder, tiny_bert_path):
+    """``quality_synonyms``: the KB's own names make "reduced" a synonym of "decreased" (three concepts named
+    both ways), so "reduced vibration sense" is proposed as its *Decreased vibration sense*; off, it is not."""
+    records = [R(f"Q:{i}", f"Decreased {w}", [f"Reduced {w}"]) for i, w in enumerate(("hearing", "vision", "growth"))]
+    path = kb_folder(records + [R("Q:V", "Decreased vibration sense", [])])
+    text = "Reduced vibration sense in the feet."
+    assert [e.text for e in finder_nlp(path, tiny_bert_path)(text).ents] == []
+    doc = finder_nlp(path, tiny_bert_path, quality_synonyms=True)(text)
+    assert [(e.text, e.kb_id_) for e in doc.ents] == [("Reduced vibration sense", "Q:V")]
