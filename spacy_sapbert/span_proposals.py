@@ -440,7 +440,8 @@ def propose(
             if len(key_set) < len(keys) and key_set not in index.repeated and not _parallel(keyed, lower, start, end):
                 continue  # a word twice, where no name has it twice: "cells from basal cell naevus"
             kind = index.match(key_set)
-            if kind is None and synonyms and (predicate is not None or _modifies_next(tokens, start)) and \
+            if kind is None and synonyms and (keys[-1] if predicate is not None else keys[0]) in synonyms and \
+                    (predicate is not None or _modifies_next(tokens, start)) and \
                     _names_with_synonym(index, key_set, keys[-1] if predicate is not None else keys[0], synonyms):
                 kind = "synonym"
             if predicate is not None:  # the quality word after "was": the proposal ends here, a name's words exactly
