@@ -22,6 +22,9 @@ from .normalize import STOPWORDS, WORD, word_key
 MIN_CONTRAST_PAIRS = 10
 # Name pairs of one concept that make two quality words synonyms.
 MIN_SYNONYM_PAIRS = 3
+# A group of names sharing all but their first word with more first words than this is a head's ("X
+# antibody positivity", MeSH's "X sulfate"), not one thing's qualities: left out, so that the pairs stay few.
+MAX_GROUP_WORDS = 64
 # A candidate whose quality agrees with the mention's is ranked first if it scores at most this much
 # below a first candidate that reverses it: the HPO name of a measured quality adds words the mention
 # lacks ("Increased circulating IgE level" 0.882 against "Decreased IgE" 0.953 for "increased IgE").
@@ -62,20 +65,16 @@ class QualityWords:
         and are synonyms when they coincide in ``MIN_SYNONYM_PAIRS`` groups and in more than they differ
         ("Abnormal" and "Increased" name one concept a few times, different ones hundreds).
 
-        Two passes over the names, linear in their number: the first keeps a hash of each name's rest in
-        an array, the second groups only the names whose rest another name shares (most names share
-        none), so a KB of millions of names never holds a dict entry per name."""
+        Linear in the number of names, and in memory a hash per name: an array of the hashes of the
+        names' rests, sorted, gives the runs of names that may share one (most share none), and each run
+        is grouped and counted by itself, so a KB of millions of names never holds a dict entry per name.
+        A group of more than ``MAX_GROUP_WORDS`` first words is left out."""
         hashes = np.fromiter((hash(name.partition(" ")[2]) for name in names), dtype=np.int64, count=len(names))
         order = np.argsort(hashes, kind="stable")
         ordered = hashes[order]
-        shared = np.zeros(len(ordered), dtype=bool)
-        same = ordered[1:] == ordered[:-1]
-        shared[1:] |= same
-        shared[:-1] |= same
-        groups: Dict[str, Dict[str, Set[int]]] = defaultdict(lambda: defaultdict(set))
-        for i in np.sort(order[shared & (ordered != hash(""))]).tolist():
-            first, _, rest = names[i].partition(" ")
-            groups[rest][first].update(concepts_of(i))
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        ends = np.r_[starts[1:], len(ordered)]
+        runs = (ends - starts >= 2) & (ordered[starts] != hash(""))  # a one-word name has no rest
         keys: Dict[str, Optional[str]] = {}
 
         def key(word: str) -> Optional[str]:
@@ -87,21 +86,23 @@ class QualityWords:
 
         apart: Dict[Tuple[str, str], int] = defaultdict(int)
         together: Dict[Tuple[str, str], int] = defaultdict(int)
-        for firsts in groups.values():
-            if len(firsts) < 2:
-                continue
-            keyed: Dict[str, Set[int]] = defaultdict(set)
-            for first, concepts in firsts.items():
+        for start, end in zip(starts[runs].tolist(), ends[runs].tolist()):
+            groups: Dict[str, Dict[str, Set[int]]] = defaultdict(lambda: defaultdict(set))  # (rests of one hash)
+            for i in order[start:end].tolist():
+                first, _, rest = names[i].partition(" ")
                 k = key(first)
                 if k is not None:
-                    keyed[k] |= concepts
-            ordered = sorted(keyed.items())
-            for i, (a, ca) in enumerate(ordered):
-                for b, cb in ordered[i + 1 :]:
-                    if ca.isdisjoint(cb):
-                        apart[a, b] += 1
-                    else:
-                        together[a, b] += 1
+                    groups[rest][k].update(concepts_of(i))
+            for firsts in groups.values():
+                if not 2 <= len(firsts) <= MAX_GROUP_WORDS:
+                    continue
+                pairs = sorted(firsts.items())
+                for j, (a, ca) in enumerate(pairs):
+                    for b, cb in pairs[j + 1 :]:
+                        if ca.isdisjoint(cb):
+                            apart[a, b] += 1
+                        else:
+                            together[a, b] += 1
         return cls([pair for pair, n in apart.items() if n >= MIN_CONTRAST_PAIRS and not together.get(pair)],
                    [pair for pair, n in together.items() if n >= MIN_SYNONYM_PAIRS and n > apart.get(pair, 0)], together)
 
@@ -122,19 +123,26 @@ class QualityWords:
         """``ranked`` with the first candidate that states the mention's quality (its first content word,
         ``words``: its content-word keys in order) or a synonym, holds its other words and reverses
         nothing moved first, where the first candidate reverses that quality and this one scores within
-        ``QUALITY_MARGIN`` of it; else ``ranked`` as it is. Only the first word: the qualities are mined
-        from names' first words, where English puts them ("*decreased* ferritin"; "renal *disorders*" is
-        no quality of "renal abnormalities")."""
+        ``QUALITY_MARGIN`` of it; failing one, the first there named by the mention's other words alone,
+        the broader concept the mention states ("segmental dystonia": *Dystonia*, not *Generalized
+        dystonia*); else ``ranked`` as it is. Only the first word: the qualities are mined from names'
+        first words, where English puts them ("renal *disorders*" is no quality of "renal abnormalities")."""
         if len(ranked) < 2 or not words or words[0] not in self.contrasts:
             return ranked
         quality, said = words[0], frozenset(words)
         if not self.reverses(quality, words_of(ranked[0]), said):
             return ranked
         rest = said - {quality}
+        broader: Optional[int] = None
         for j, cand in enumerate(ranked[1:], 1):
             if score_of(ranked[0]) - score_of(cand) > QUALITY_MARGIN:
                 break
             held = words_of(cand)
-            if rest <= held and self.holds(held, (quality,)) and not self.reverses(quality, held, said):
-                return [cand] + ranked[:j] + ranked[j + 1 :]
-        return ranked
+            if not rest <= held or self.reverses(quality, held, said):
+                continue
+            if self.holds(held, (quality,)):
+                broader = j
+                break
+            if broader is None and held <= rest:
+                broader = j
+        return ranked if broader is None else [ranked[broader]] + ranked[:broader] + ranked[broader + 1 :]

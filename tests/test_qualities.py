@@ -67,6 +67,10 @@ def test_a_candidate_keeping_the_mentions_quality_is_ranked_over_one_reversing_i
     # nothing reversed: a synonym of the mention's quality, or a mention that states none
     assert agreeing(words, "low ferritin", cands(("Decreased serum ferritin", 0.97), ("Increased ferritin", 0.96)))[0] == "Decreased serum ferritin"
     assert agreeing(words, "ferritin", ranked)[0] == "Increased ferritin"
+    # no candidate keeps it: the one named by the mention's other words alone, the broader concept it states
+    assert agreeing(words, "decreased ferritin", cands(("Increased ferritin", 0.984), ("Serum ferritin", 0.975), ("Ferritin", 0.97)))[0] == "Ferritin"
+    assert agreeing(words, "decreased ferritin", cands(("Increased ferritin", 0.984), ("Ferritin", 0.975), ("Low ferritin level", 0.968)))[0] == "Low ferritin level"
+    assert agreeing(words, "decreased ferritin", cands(("Increased ferritin", 0.984), ("Serum ferritin", 0.975)))[0] == "Increased ferritin"
     # only the mention's first word is its quality: "ferritin decreased" states none there
     assert agreeing(words, "ferritin decreased", ranked)[0] == "Increased ferritin"
 
@@ -109,3 +113,16 @@ def test_a_broader_concept_named_with_a_synonym_of_the_mentions_quality_is_prefe
     # a mention that says "severely" gets the subtype
     found = linking.candidates(query, top_k=3, queries=[linking.kb.normalize("severely reduced muscle tone")])[0]
     assert found[0].concept_id == "HP:SEVERE"
+
+
+def test_a_head_shared_by_many_first_words_teaches_nothing():
+    """Names that share all but their first word with more than ``MAX_GROUP_WORDS`` others ("<word>
+    sulfate", MeSH's salts) are one head's, not one thing's qualities: their group is left out, so the
+    pairs counted stay few on a KB of millions of names."""
+    from spacy_sapbert.qualities import MAX_GROUP_WORDS
+
+    # each analyte's group holds six first words (increased, elevated, raised, decreased, low, reduced)
+    crowd = [ConceptRecord(f"S:{a}:{i}", f"Word{i} {a}") for a in ANALYTES for i in range(MAX_GROUP_WORDS - 6)]
+    assert "decreased" in mined(records(extra=crowd)).contrasts["increased"]  # each group at the limit: counted
+    crowd += [ConceptRecord(f"S:{a}:x", f"Extra {a}") for a in ANALYTES]
+    assert "decreased" not in mined(records(extra=crowd)).contrasts.get("increased", ())  # one more: left out
