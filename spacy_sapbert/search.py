@@ -13,6 +13,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .composites import COPULAS
 from .context import ContextPrototypes
 from .encoder import SapEncoder
 from .fileio import atomic_dir, atomic_open, read_json, write_json
@@ -268,8 +269,12 @@ class LinkingKB:
     def prefer_agreeing_quality(self, ranked: List[Candidate], query: str) -> List[Candidate]:
         """``ranked`` with a candidate that keeps the quality the mention states first, where the top one
         reverses it ("decreased ferritin": "Low ferritin level" 0.968 over "Increased ferritin" 0.984;
-        ``QualityWords.prefer_agreeing``)."""
-        words = [word_key(w) for w in WORD.findall(query) if w.lower() not in STOPWORDS]
+        ``QualityWords.prefer_agreeing``). The quality is the first word, or the last of a clause
+        ("platelet count was reduced": "Low platelet count", not "Increased platelet count")."""
+        said = WORD.findall(query)
+        words = [word_key(w) for w in said if w.lower() not in STOPWORDS]
+        if words and any(w.lower() in COPULAS for w in said):
+            words = words[-1:] + words[:-1]
         return self.qualities.prefer_agreeing(ranked, words, lambda c: content_keys(WORD.findall(c.name)), lambda c: c.score)
 
     def link(

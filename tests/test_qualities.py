@@ -84,6 +84,9 @@ def test_the_kb_ranks_by_quality_where_its_search_would_reverse_it():
     # the same search for "raised ferritin" keeps the encoder's order
     found = linking.candidates(query, top_k=3, queries=[linking.kb.normalize("raised ferritin")])[0]
     assert found[0].concept_id == "HP:INC"
+    # a clause states its quality last
+    found = linking.candidates(query, top_k=3, queries=[linking.kb.normalize("ferritin was decreased")])[0]
+    assert found[0].concept_id == "HP:DEC"
 
 
 def linking_kb(recs, near: str, close: str, cosine: float):
