@@ -41,10 +41,11 @@ class QualityWords:
         """``contrasts`` and ``synonyms``: word pairs; a word contrasts also with what its synonyms
         contrast with ("raised", a synonym of "increased", with "decreased"), except the ``compatible``
         pairs (words that name one concept together somewhere)."""
-        self.synonyms: Dict[str, Set[str]] = defaultdict(set)
+        equal: Dict[str, Set[str]] = defaultdict(set)
         for a, b in synonyms:
-            self.synonyms[a].add(b)
-            self.synonyms[b].add(a)
+            equal[a].add(b)
+            equal[b].add(a)
+        self.synonyms: Dict[str, Set[str]] = dict(equal)
         direct: Dict[str, Set[str]] = defaultdict(set)
         for a, b in contrasts:
             direct[a].add(b)
@@ -120,29 +121,31 @@ class QualityWords:
 
     def prefer_agreeing(self, ranked: List[T], words: Sequence[str], words_of: Callable[[T], FrozenSet[str]],
                         score_of: Callable[[T], float]) -> List[T]:
-        """``ranked`` with the first candidate that states the mention's quality (its first content word,
-        ``words``: its content-word keys in order) or a synonym, holds its other words and reverses
-        nothing moved first, where the first candidate reverses that quality and this one scores within
-        ``QUALITY_MARGIN`` of it; failing one, the first there named by the mention's other words alone,
-        the broader concept the mention states ("segmental dystonia": *Dystonia*, not *Generalized
-        dystonia*); else ``ranked`` as it is. Only the first word: the qualities are mined from names'
-        first words, where English puts them ("renal *disorders*" is no quality of "renal abnormalities")."""
+        """``ranked`` with a candidate moved first where the first reverses the quality the mention states
+        (its first content word; ``words``: its content-word keys in order). Among those within
+        ``QUALITY_MARGIN`` of it that hold the mention's other words and reverse nothing: the first that
+        states the quality word ("Upper limb muscle weakness" for "upper limb weakness"), else the first
+        that states a synonym of it ("Low ferritin level" for "decreased ferritin") or nothing more than
+        those other words (the broader concept the mention names: "segmental dystonia" is *Dystonia*, not
+        *Generalized dystonia*), whichever scores higher; else ``ranked`` as it is. Only the first word (a clause's last: the caller puts it
+        first): the qualities are mined from names' first words, where English puts them ("renal
+        *disorders*" is no quality of "renal abnormalities")."""
         if len(ranked) < 2 or not words or words[0] not in self.contrasts:
             return ranked
         quality, said = words[0], frozenset(words)
         if not self.reverses(quality, words_of(ranked[0]), said):
             return ranked
         rest = said - {quality}
-        broader: Optional[int] = None
+        chosen: Optional[int] = None
         for j, cand in enumerate(ranked[1:], 1):
             if score_of(ranked[0]) - score_of(cand) > QUALITY_MARGIN:
                 break
             held = words_of(cand)
             if not rest <= held or self.reverses(quality, held, said):
                 continue
-            if self.holds(held, (quality,)):
-                broader = j
+            if quality in held or (chosen is None and self.holds(held, (quality,))):
+                chosen = j  # it keeps the quality: the word itself, or a synonym scoring above the broader one
                 break
-            if broader is None and held <= rest:
-                broader = j
-        return ranked if broader is None else [ranked[broader]] + ranked[:broader] + ranked[broader + 1 :]
+            if chosen is None and held <= rest:
+                chosen = j  # the broader concept: nothing more than the mention's other words
+        return ranked if chosen is None else [ranked[chosen]] + ranked[:chosen] + ranked[chosen + 1 :]

@@ -20,7 +20,7 @@ from .fileio import atomic_dir, atomic_open, read_json, write_json
 from .index import VectorIndex
 from .kb import ConceptKB
 from .normalize import STOPWORDS, WORD, content_keys, word_key
-from .qualities import QualityWords
+from .qualities import QUALITY_MARGIN, QualityWords
 from .records import ConceptRecord
 from .sparse import CharTfidf
 
@@ -226,10 +226,12 @@ class LinkingKB:
                     if held is None or score > held[0]:
                         best[c] = (score, name_row, count > 1)
             ranked = sorted(best.items(), key=lambda item: -item[1][0])
-            # Candidates for the first top_k, and with a hierarchy for all that prefer_broader may move up
+            # Candidates for the first top_k, and for all that prefer_broader (with a hierarchy) or
+            # prefer_agreeing_quality may move up
             n = top_k
-            if hierarchy and ranked:
-                n = max(n, sum(1 for _, (score, _, _) in ranked if ranked[0][1][0] - score <= BROADER_MARGIN))
+            if queries is not None and ranked:
+                margin = max(BROADER_MARGIN, QUALITY_MARGIN) if hierarchy else QUALITY_MARGIN
+                n = max(n, sum(1 for _, (score, _, _) in ranked if ranked[0][1][0] - score <= margin))
             cands = [Candidate(self.kb.concept_ids[c], self.kb.display_names[row], score, ambiguous)
                      for c, (score, row, ambiguous) in ranked[:n]]
             if hierarchy:

@@ -440,10 +440,11 @@ def propose(
             if len(key_set) < len(keys) and key_set not in index.repeated and not _parallel(keyed, lower, start, end):
                 continue  # a word twice, where no name has it twice: "cells from basal cell naevus"
             kind = index.match(key_set)
-            if kind is None and synonyms and (keys[-1] if predicate is not None else keys[0]) in synonyms and \
-                    (predicate is not None or _modifies_next(tokens, start)) and \
-                    _names_with_synonym(index, key_set, keys[-1] if predicate is not None else keys[0], synonyms):
-                kind = "synonym"
+            if kind is None and synonyms:
+                quality = keys[-1] if predicate is not None else keys[0]  # a clause states it last
+                if quality in synonyms and (predicate is not None or _modifies_next(tokens, start)) and \
+                        _names_with_synonym(index, key_set, quality, synonyms):
+                    kind = "synonym"
             if predicate is not None:  # the quality word after "was": the proposal ends here, a name's words exactly
                 if end + 1 < n and lower[end] == _HYPHEN_ID and attached[end - 1] and attached[end] and keyed[end + 1]:
                     continue  # "ears are low | -set"

@@ -69,7 +69,10 @@ def test_a_candidate_keeping_the_mentions_quality_is_ranked_over_one_reversing_i
     assert agreeing(words, "ferritin", ranked)[0] == "Increased ferritin"
     # no candidate keeps it: the one named by the mention's other words alone, the broader concept it states
     assert agreeing(words, "decreased ferritin", cands(("Increased ferritin", 0.984), ("Serum ferritin", 0.975), ("Ferritin", 0.97)))[0] == "Ferritin"
-    assert agreeing(words, "decreased ferritin", cands(("Increased ferritin", 0.984), ("Ferritin", 0.975), ("Low ferritin level", 0.968)))[0] == "Low ferritin level"
+    # a synonym or the broader concept, whichever scores higher; the quality word itself before either
+    assert agreeing(words, "decreased ferritin", cands(("Increased ferritin", 0.984), ("Ferritin", 0.975), ("Low ferritin level", 0.968)))[0] == "Ferritin"
+    assert agreeing(words, "decreased ferritin", cands(("Increased ferritin", 0.984), ("Low ferritin level", 0.975), ("Ferritin", 0.968)))[0] == "Low ferritin level"
+    assert agreeing(words, "decreased ferritin", cands(("Increased ferritin", 0.984), ("Ferritin", 0.975), ("Decreased serum ferritin", 0.96)))[0] == "Decreased serum ferritin"
     assert agreeing(words, "decreased ferritin", cands(("Increased ferritin", 0.984), ("Serum ferritin", 0.975)))[0] == "Increased ferritin"
     # only the mention's first word is its quality: "ferritin decreased" states none there
     assert agreeing(words, "ferritin decreased", ranked)[0] == "Increased ferritin"
@@ -81,6 +84,8 @@ def test_the_kb_ranks_by_quality_where_its_search_would_reverse_it():
     linking, query = linking_kb(records(), "Increased ferritin", "Low ferritin level", 0.96)
     found = linking.candidates(query, top_k=3, queries=[linking.kb.normalize("decreased ferritin")])[0]
     assert [c.concept_id for c in found[:2]] == ["HP:DEC", "HP:INC"] and found[0].name == "Low ferritin level"
+    # whatever top_k: the candidates within the margin are weighed, and top_k of them kept
+    assert [c.concept_id for c in linking.candidates(query, top_k=1, queries=[linking.kb.normalize("decreased ferritin")])[0]] == ["HP:DEC"]
     # the same search for "raised ferritin" keeps the encoder's order
     found = linking.candidates(query, top_k=3, queries=[linking.kb.normalize("raised ferritin")])[0]
     assert found[0].concept_id == "HP:INC"
