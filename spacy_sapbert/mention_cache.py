@@ -30,7 +30,7 @@ CACHE_VERSION = 2  # 2: entries sorted by query, with their sha256
 # name's vector (with ``exact_names``; ``ConceptKB.row_of_variant``), and a British spelling that is no KB
 # name keeps the better of its own and its American spelling's lists; 3 = word keys fold accents, so "café-au-lait
 # spots" is the name *Cafe-au-lait spots* spelt another way; 4 = a candidate keeping the quality the mention states
-# comes first where the best one reverses it (``LinkingKB.prefer_agreeing_quality``), and a broader concept may
+# comes first where the best one reverses it (``LinkingKB.candidates``, ``QualityWords.prefer_agreeing``), and a broader concept may
 # name the quality with a synonym (``prefer_broader``). A cache saved before (another or no such key)
 # holds other answers for those queries, so it is refused rather than mixed in. The word keys the lookup
 # compares names by (``normalize.word_key``) are part of it: a cache saved before they changed is refused too.
@@ -177,7 +177,7 @@ def ranked_as_searched(scores: Sequence[float]) -> bool:
     """Whether candidate ``scores`` are in an order ``LinkingKB.candidates`` gives: descending, except that
     in a KB with a hierarchy a broader concept within ``BROADER_MARGIN`` of the best may come first
     (``LinkingKB.prefer_broader``), and one within ``QUALITY_MARGIN`` that keeps the mention's quality
-    (``LinkingKB.prefer_agreeing_quality``)."""
+    (``QualityWords.prefer_agreeing``)."""
     rest = scores[1:]
     if any(a < b for a, b in zip(rest, rest[1:])):
         return False

@@ -119,6 +119,11 @@ class QualityWords:
         return (quality not in name and bool((name & self.contrasts.get(quality, set())) - said)
                 and name.isdisjoint(self.synonyms.get(quality, ())))
 
+    def reverses_first(self, words: Sequence[str], name: FrozenSet[str]) -> bool:
+        """Does a name reverse the quality a mention states first (``words``: its content-word keys, the
+        quality first)?"""
+        return bool(words) and words[0] in self.contrasts and self.reverses(words[0], name, frozenset(words))
+
     def prefer_agreeing(self, ranked: List[T], words: Sequence[str], words_of: Callable[[T], FrozenSet[str]],
                         score_of: Callable[[T], float]) -> List[T]:
         """``ranked`` with a candidate moved first where the first reverses the quality the mention states
@@ -130,11 +135,9 @@ class QualityWords:
         *Generalized dystonia*), whichever scores higher; else ``ranked`` as it is. Only the first word (a clause's last: the caller puts it
         first): the qualities are mined from names' first words, where English puts them ("renal
         *disorders*" is no quality of "renal abnormalities")."""
-        if len(ranked) < 2 or not words or words[0] not in self.contrasts:
+        if len(ranked) < 2 or not self.reverses_first(words, words_of(ranked[0])):
             return ranked
         quality, said = words[0], frozenset(words)
-        if not self.reverses(quality, words_of(ranked[0]), said):
-            return ranked
         rest = said - {quality}
         chosen: Optional[int] = None
         for j, cand in enumerate(ranked[1:], 1):

@@ -226,18 +226,23 @@ class LinkingKB:
                     if held is None or score > held[0]:
                         best[c] = (score, name_row, count > 1)
             ranked = sorted(best.items(), key=lambda item: -item[1][0])
-            # Candidates for the first top_k, and for all that prefer_broader (with a hierarchy) or
-            # prefer_agreeing_quality may move up
+            # Candidates for the first top_k, and with a hierarchy for all that prefer_broader may move up
             n = top_k
-            if queries is not None and ranked:
-                margin = max(BROADER_MARGIN, QUALITY_MARGIN) if hierarchy else QUALITY_MARGIN
-                n = max(n, sum(1 for _, (score, _, _) in ranked if ranked[0][1][0] - score <= margin))
+            if hierarchy and ranked:
+                n = max(n, sum(1 for _, (score, _, _) in ranked if ranked[0][1][0] - score <= BROADER_MARGIN))
             cands = [Candidate(self.kb.concept_ids[c], self.kb.display_names[row], score, ambiguous)
                      for c, (score, row, ambiguous) in ranked[:n]]
             if hierarchy:
                 cands = self.prefer_broader(cands, queries[i])  # type: ignore[index]
             if queries is not None and cands and cands[0].score < 1.0:
-                cands = self.prefer_agreeing_quality(cands, queries[i])
+                words = self._quality_first(queries[i])
+                if self.qualities.reverses_first(words, content_keys(WORD.findall(cands[0].name))):
+                    # it may choose any candidate within QUALITY_MARGIN, whatever top_k: those below the n made
+                    top = ranked[0][1][0]
+                    more = [Candidate(self.kb.concept_ids[c], self.kb.display_names[row], score, ambiguous)
+                            for c, (score, row, ambiguous) in ranked[n:] if top - score <= QUALITY_MARGIN]
+                    cands = self.qualities.prefer_agreeing(cands + more, words, lambda c: content_keys(WORD.findall(c.name)),
+                                                           lambda c: c.score)
             out.append(cands[:top_k])
         return out
 
@@ -268,16 +273,15 @@ class LinkingKB:
                 return [cand] + ranked[:j] + ranked[j + 1 :]
         return ranked
 
-    def prefer_agreeing_quality(self, ranked: List[Candidate], query: str) -> List[Candidate]:
-        """``ranked`` with a candidate that keeps the quality the mention states first, where the top one
-        reverses it ("decreased ferritin": "Low ferritin level" 0.968 over "Increased ferritin" 0.984;
-        ``QualityWords.prefer_agreeing``). The quality is the first word, or the last of a clause
-        ("platelet count was reduced": "Low platelet count", not "Increased platelet count")."""
+    @staticmethod
+    def _quality_first(query: str) -> List[str]:
+        """The query's content-word keys with the quality it states first: its first word, or the last of a
+        clause ("platelet count was reduced"), for ``QualityWords.prefer_agreeing``: a candidate that keeps
+        it comes first where the top one reverses it ("decreased ferritin": "Low ferritin level" 0.968 over
+        "Increased ferritin" 0.984)."""
         said = WORD.findall(query)
         words = [word_key(w) for w in said if w.lower() not in STOPWORDS]
-        if words and any(w.lower() in COPULAS for w in said):
-            words = words[-1:] + words[:-1]
-        return self.qualities.prefer_agreeing(ranked, words, lambda c: content_keys(WORD.findall(c.name)), lambda c: c.score)
+        return words[-1:] + words[:-1] if words and any(w.lower() in COPULAS for w in said) else words
 
     def link(
         self, encoder: SapEncoder, mentions: Sequence[str], top_k: int = 5, batch_size: int = 128, fusion_weight: Optional[float] = None

@@ -370,7 +370,7 @@ def test_a_span_never_starts_or_ends_on_a_control_or_bidi_character(kb):
 
 def test_a_broader_concept_ranked_first_is_a_valid_cache_entry(tmp_path):
     """``prefer_broader`` puts an ancestor within ``BROADER_MARGIN`` of the best first, and
-    ``prefer_agreeing_quality`` a name keeping the mention's quality within ``QUALITY_MARGIN``: a cache
+    ``QualityWords.prefer_agreeing`` a name keeping the mention's quality within ``QUALITY_MARGIN``: a cache
     of such a KB (the HPO default's) is not damaged; scores that no search gives still are."""
     from spacy_sapbert.mention_cache import _entries_sha256, check_entries, ranked_as_searched
     from spacy_sapbert.qualities import QUALITY_MARGIN
