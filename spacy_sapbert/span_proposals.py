@@ -35,6 +35,10 @@ from .variant_proposals import VariantMatcher
 INNER_WORDS = frozenset("a an and and/or at by during for from in into of on or the to with within without".split())
 # Where the words that modify a name's head begin ("abnormality | of the hand").
 PREPOSITIONS = INNER_WORDS - {"a", "an", "and", "and/or", "or", "the"}
+# The function words that make a name mean its other words' absence ("No appetite", "Growth without growth
+# hormone", "Motor developmental milestones not achieved"): a name's words include them, so that "appetite"
+# or "growth hormone" alone is no such name's words; inside a mention "without" is a word ("migraine without aura").
+NEGATORS = frozenset({"no", "not", "nor", "without"})
 # Punctuation that may sit inside a mention ("tonic-clonic", "and/or", "Crohn's"); any other
 # punctuation token ends a candidate.
 INNER_PUNCT = frozenset({"-", "/", "'", "'s"})
@@ -122,7 +126,7 @@ class NameIndex:
         pairs: Set[str] = set()
         for name in names:
             words = WORD.findall(name)
-            content = [self.key(w) for w in words if w.lower() not in STOPWORDS]
+            content = [self.key(w) for w in words if w.lower() not in STOPWORDS or w.lower() in NEGATORS]
             keys = frozenset(content)
             if not keys or not any(k.isalpha() for k in keys):
                 continue
@@ -158,7 +162,7 @@ class NameIndex:
                 if known != head:  # another name with these words has another head
                     self._heads[keys] = frozenset({head}).union((known,) if isinstance(known, str) else known)
             if 3 <= len(keys) <= 6:  # never without the head nor the first word, most often the quality
-                kept = {head, content[0]}
+                kept = {head, content[0]} | NEGATORS  # nor what negates it: "growth hormone" is not "Growth without growth hormone"
                 self.partial.update(keys - {k} for k in keys if k not in kept)
         # A name in capitals that is no acronym ("ANIRIDIA") holds words the KB mostly writes in lower
         # case ("Congenital aniridia"); words it mostly writes in capitals ("INCLUDED") are OMIM's notation.
@@ -196,7 +200,9 @@ class NameIndex:
         function word (it ends a proposal)."""
         if lower not in self._tokens:
             text = strings[lower]
-            if text in INNER_PUNCT or text in INNER_WORDS:
+            if text in NEGATORS and text in INNER_WORDS:
+                self._tokens[lower] = (text,)  # "migraine without aura" is not "Migraine with aura"
+            elif text in INNER_PUNCT or text in INNER_WORDS:
                 self._tokens[lower] = ()
             elif text in STOPWORDS:
                 self._tokens[lower] = None

@@ -238,3 +238,17 @@ def test_a_name_with_its_quality_written_as_a_synonym_is_proposed():
     assert not {t for t, k in proposed("It reduced the growth rate. It was reduced.", names, synonyms=synonyms) if k == "synonym"}
     # the name itself is "exact", not a synonym's
     assert ("Decreased vibration sense", "exact") in proposed("Decreased vibration sense.", names, synonyms=synonyms)
+
+
+def test_a_name_that_negates_its_words_is_not_their_name():
+    """"No appetite" and "Growth without growth hormone" name the absence of what their other words say:
+    "appetite" or "growth hormone" alone is no such name's words (the 2,292 abstracts had linked "appetite
+    suppressants" to *Increased appetite*); "migraine without aura" is "Migraine without aura", not "Migraine with aura"."""
+    names = ["No appetite", "Growth without growth hormone", "Migraine without aura", "Migraine with aura", "Poor appetite"]
+    found = proposed("Appetite suppressants and growth hormone were given. She has migraine without aura and he migraine with aura.", names)
+    assert not {t for t, _ in found} & {"Appetite", "growth hormone"}
+    assert {("migraine without aura", "exact"), ("migraine with aura", "exact")} <= found
+    index = NameIndex(names)
+    doc = NLP("migraine without aura")
+    assert index.match(frozenset(k for t in doc for k in index.token_keys(t.lower, doc.vocab.strings) or ())) == "exact"
+    assert frozenset({"migraine", "aura"}) in index.exact and frozenset({"migraine", "without", "aura"}) in index.exact
