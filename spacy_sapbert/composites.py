@@ -8,7 +8,7 @@ Both use the same splitters.
 from __future__ import annotations
 
 import re
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 _CONJUNCTION = re.compile(r",?\s+(?:and/or|and|or)\s+")
 _BRACKETS = re.compile(r"[()\[\]{}]")
@@ -113,6 +113,13 @@ def split_composite(mention: str, n_ids: int) -> List[str]:
     return [mention]
 
 
+def clause_as_name(text: str) -> Optional[str]:
+    """A finding stated as a clause written as a name, its quality first and without an adverb
+    ("creatine kinase was markedly elevated" → "elevated creatine kinase"); None for anything else."""
+    predicate = _PREDICATE.fullmatch(text) if _COPULA.search(text) else None
+    return f"{predicate.group('quality')} {predicate.group('subject')}" if predicate else None
+
+
 def split_mention(mention: str) -> List[str]:
     """The concepts a mention coordinates, or ``[mention]`` when it does not look composite.
 
@@ -129,9 +136,9 @@ def split_mention(mention: str) -> List[str]:
     text = " ".join(mention.split())
     if not text or _BRACKETS.search(text):
         return [mention]
-    predicate = _PREDICATE.fullmatch(text) if _COPULA.search(text) else None
-    if predicate:  # a finding stated as a clause, searched as a name: "vibration sense was reduced"
-        return [f"{predicate.group('quality')} {predicate.group('subject')}"]
+    named = clause_as_name(text)
+    if named is not None:  # a finding stated as a clause, searched as a name: "vibration sense was reduced"
+        return [named]
     conjunction = _CONJUNCTION.search(text)
     if not conjunction and "/" not in text and "," not in text:
         return [mention]  # every splitter needs a conjunction, a comma or a slash: most mentions stop here

@@ -13,7 +13,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .composites import COPULAS
+from .composites import clause_as_name
 from .context import ContextPrototypes
 from .encoder import SapEncoder
 from .fileio import atomic_dir, atomic_open, read_json, write_json
@@ -279,9 +279,7 @@ class LinkingKB:
         clause ("platelet count was reduced"), for ``QualityWords.prefer_agreeing``: a candidate that keeps
         it comes first where the top one reverses it ("decreased ferritin": "Low ferritin level" 0.968 over
         "Increased ferritin" 0.984)."""
-        said = WORD.findall(query)
-        words = [word_key(w) for w in said if w.lower() not in STOPWORDS]
-        return words[-1:] + words[:-1] if words and any(w.lower() in COPULAS for w in said) else words
+        return [word_key(w) for w in WORD.findall(clause_as_name(query) or query) if w.lower() not in STOPWORDS]
 
     def link(
         self, encoder: SapEncoder, mentions: Sequence[str], top_k: int = 5, batch_size: int = 128, fusion_weight: Optional[float] = None
